@@ -1,0 +1,164 @@
+//! [`GenerateError`]: every way a generate request can fail, with one status mapping.
+
+use std::borrow::Cow;
+
+use genfront_protocol::{EngineError, ErrorKind, Fault};
+use http::StatusCode;
+
+/// Every failure of a generate request. Formats render it in their native envelope;
+/// [`GenerateError::status`] is the single exhaustive mapping to an HTTP status.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum GenerateError {
+    /// The request is well-formed but invalid (a native validation message).
+    #[error("validation: {message}")]
+    Validation {
+        /// Native message, sent to the client.
+        message: String,
+        /// The offending parameter, when the native API names one.
+        param: Option<String>,
+    },
+    /// The body is not valid JSON or has wrong types (the native "schema" error).
+    #[error("schema: {message}")]
+    Schema {
+        /// Native message, sent to the client.
+        message: String,
+        /// The offending location, when known.
+        param: Option<String>,
+    },
+    /// The named model (or other resource) does not exist.
+    #[error("not found: {message}")]
+    NotFound {
+        /// Native message, sent to the client.
+        message: String,
+        /// The offending parameter.
+        param: Option<String>,
+    },
+    /// The body exceeded the configured limit.
+    #[error("payload too large: limit {limit_bytes} bytes")]
+    PayloadTooLarge {
+        /// The limit in bytes.
+        limit_bytes: usize,
+        /// The flag that sets it.
+        flag: &'static str,
+    },
+    /// The frontend's concurrency limit is reached.
+    #[error("too many concurrent requests")]
+    Overloaded,
+    /// No engine can take the request (none ready, or shutting down).
+    #[error("no engine available")]
+    NoEngine,
+    /// The engine failed (see [`EngineError`] for which messages are public).
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// genfront failed internally. The detail is logged, never sent.
+    #[error("internal: {0}")]
+    Internal(String),
+}
+
+impl GenerateError {
+    /// Shorthand for a validation error without a parameter.
+    pub fn validation(message: impl Into<String>) -> Self {
+        GenerateError::Validation {
+            message: message.into(),
+            param: None,
+        }
+    }
+
+    /// HTTP status for this error (the one exhaustive mapping).
+    pub fn status(&self) -> StatusCode {
+        match self {
+            GenerateError::Validation { .. } | GenerateError::Schema { .. } => {
+                StatusCode::BAD_REQUEST
+            }
+            GenerateError::NotFound { .. } => StatusCode::NOT_FOUND,
+            GenerateError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            GenerateError::Overloaded | GenerateError::NoEngine => StatusCode::SERVICE_UNAVAILABLE,
+            GenerateError::Engine(e) => match e.kind {
+                ErrorKind::InvalidArgument | ErrorKind::Unsupported => e
+                    .status_code
+                    .and_then(|s| StatusCode::from_u16(s).ok())
+                    .filter(StatusCode::is_client_error)
+                    .unwrap_or(StatusCode::BAD_REQUEST),
+                ErrorKind::Unavailable | ErrorKind::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+                ErrorKind::StreamIncomplete => StatusCode::BAD_GATEWAY,
+                // 499: the client went away; nobody normally reads this status.
+                ErrorKind::Cancelled => {
+                    StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST)
+                }
+                ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            },
+            GenerateError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// Who is at fault.
+    pub fn fault(&self) -> Fault {
+        match self {
+            GenerateError::Validation { .. }
+            | GenerateError::Schema { .. }
+            | GenerateError::NotFound { .. }
+            | GenerateError::PayloadTooLarge { .. } => Fault::Client,
+            GenerateError::Overloaded | GenerateError::NoEngine => Fault::Engine,
+            GenerateError::Engine(e) => e.kind.fault(),
+            GenerateError::Internal(_) => Fault::Frontend,
+        }
+    }
+
+    /// Stable snake_case label for metrics and logs.
+    pub fn code(&self) -> &'static str {
+        match self {
+            GenerateError::Validation { .. } => "validation",
+            GenerateError::Schema { .. } => "schema",
+            GenerateError::NotFound { .. } => "not_found",
+            GenerateError::PayloadTooLarge { .. } => "payload_too_large",
+            GenerateError::Overloaded => "overloaded",
+            GenerateError::NoEngine => "unavailable",
+            GenerateError::Engine(e) => match e.kind {
+                ErrorKind::InvalidArgument => "engine_invalid_argument",
+                ErrorKind::Unsupported => "unsupported",
+                ErrorKind::Unavailable => "unavailable",
+                ErrorKind::Overloaded => "overloaded",
+                ErrorKind::StreamIncomplete => "stream_incomplete",
+                ErrorKind::Cancelled => "cancelled",
+                ErrorKind::Internal => "engine_error",
+            },
+            GenerateError::Internal(_) => "internal",
+        }
+    }
+
+    /// The message a client may see. Engine and internal details are replaced by a generic text.
+    pub fn public_message(&self) -> Cow<'_, str> {
+        match self {
+            GenerateError::Validation { message, .. }
+            | GenerateError::Schema { message, .. }
+            | GenerateError::NotFound { message, .. } => Cow::Borrowed(message),
+            GenerateError::PayloadTooLarge { limit_bytes, flag } => Cow::Owned(format!(
+                "Request body is larger than the limit of {limit_bytes} bytes; raise it with {flag}."
+            )),
+            GenerateError::Overloaded => {
+                Cow::Borrowed("The server is at its concurrency limit. Please try again later.")
+            }
+            GenerateError::NoEngine => Cow::Borrowed("Service temporarily unavailable"),
+            GenerateError::Engine(e) => match e.kind {
+                ErrorKind::InvalidArgument | ErrorKind::Unsupported => Cow::Borrowed(&e.message),
+                ErrorKind::Unavailable | ErrorKind::StreamIncomplete => {
+                    Cow::Borrowed("Service temporarily unavailable")
+                }
+                ErrorKind::Overloaded => Cow::Borrowed("Service temporarily overloaded"),
+                ErrorKind::Cancelled => Cow::Borrowed("Request cancelled"),
+                ErrorKind::Internal => Cow::Borrowed("Internal server error"),
+            },
+            GenerateError::Internal(_) => Cow::Borrowed("Internal server error"),
+        }
+    }
+
+    /// The parameter the error is about, when known.
+    pub fn param(&self) -> Option<&str> {
+        match self {
+            GenerateError::Validation { param, .. }
+            | GenerateError::Schema { param, .. }
+            | GenerateError::NotFound { param, .. } => param.as_deref(),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! genfront's **format contract**: how a native token-in/token-out API plugs into the shared
+//! handler.
+//!
+//! A format (one crate per backend) implements [`GenerateFormat`]: it parses and validates a native
+//! request body, projects it to [`EngineRequest`]s, and returns a per-request [`Assembler`] that
+//! turns [`EngineOutput`] deltas into the native unary body or native SSE events. It also renders
+//! every [`GenerateError`] in its native envelope. Formats are listed in a static [`Catalog`];
+//! [`resolve_routes`] turns the catalog plus configuration (`DYN_GENERATE_FORMAT`, extra routes)
+//! into the route table, failing with a [`ConfigError`] instead of panicking.
+//!
+//! Request phases, in order (the shared handler drives them; see `docs/request-lifecycle.md`):
+//! receive → **parse/validate** ([`GenerateFormat::prepare`]) → mint ids → dispatch → **assemble**
+//! ([`Assembler::on_output`]) → respond ([`Assembler::finish_unary`] / [`Assembler::finish_stream`])
+//! → record.
+
+mod catalog;
+mod error;
+
+use bytes::Bytes;
+pub use catalog::{
+    Catalog, CatalogEntry, ConfigError, FormatSettings, GENERATE_PATH, Route, RouteConfig,
+    resolve_routes,
+};
+pub use error::GenerateError;
+use genfront_protocol::{EngineInfo, EngineOutput, EngineRequest};
+use http::{HeaderMap, StatusCode};
+
+/// What a format sees of an incoming request.
+#[derive(Debug, Clone, Copy)]
+pub struct ParseInput<'a> {
+    /// Request headers (for `x-request-id`, DP-rank hints, …).
+    pub headers: &'a HeaderMap,
+    /// The raw body.
+    pub body: &'a [u8],
+    /// Facts about the model behind this route, for validation (vocabulary, context length, …).
+    pub engine: &'a EngineInfo,
+}
+
+/// A validated request, projected to engine requests, with its assembler.
+pub struct Prepared {
+    /// The client's request id as the native server would echo it (SGLang `rid`, vLLM
+    /// `generate-tokens-<id>`), sent back in the `x-request-id` response header.
+    pub client_id: Option<String>,
+    /// Whether the client asked for SSE.
+    pub stream: bool,
+    /// One entry per engine request (batch items × parallel samples, as the native server splits
+    /// them). The frontend fills each `request.request_id` with a private minted id.
+    pub subs: Vec<SubRequest>,
+    /// Turns engine outputs into the native response.
+    pub assembler: Box<dyn Assembler>,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("client_id", &self.client_id)
+            .field("stream", &self.stream)
+            .field("subs", &self.subs)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One engine request of a client request.
+#[derive(Debug, Clone)]
+pub struct SubRequest {
+    /// The id the native engine would know this request by, for abort-by-id matching (SGLang: the
+    /// item's rid; vLLM: `generate-tokens-<id>`).
+    pub abort_key: String,
+    /// The projected engine request.
+    pub request: EngineRequest,
+}
+
+/// A complete native HTTP answer (status, content type and body) built by a format.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NativeResponse {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Body bytes (JSON).
+    pub body: Bytes,
+}
+
+/// Per-request response builder, created by [`GenerateFormat::prepare`].
+///
+/// The frontend calls [`Assembler::on_output`] for every engine output in arrival order (outputs of
+/// different sub-requests may interleave), then exactly one of [`Assembler::finish_stream`] or
+/// [`Assembler::finish_unary`].
+pub trait Assembler: Send {
+    /// Phase *assemble*: take one delta of sub-request `sub` (index into [`Prepared::subs`]). In
+    /// streaming mode, push zero or more SSE event payloads (the JSON after `data: `) to `events`.
+    ///
+    /// # Errors
+    /// A [`GenerateError`] when the output breaks the contract (the request then fails).
+    fn on_output(
+        &mut self,
+        sub: usize,
+        output: EngineOutput,
+        events: &mut Vec<Bytes>,
+    ) -> Result<(), GenerateError>;
+
+    /// Streaming mode, after every sub-request finished: push trailing events (e.g. a usage-only
+    /// chunk). `[DONE]` is written by the frontend.
+    ///
+    /// # Errors
+    /// A [`GenerateError`] when the outputs were incomplete.
+    fn finish_stream(&mut self, events: &mut Vec<Bytes>) -> Result<(), GenerateError>;
+
+    /// Unary mode, after every sub-request finished: the whole native response.
+    ///
+    /// # Errors
+    /// A [`GenerateError`] when the outputs were incomplete or the native answer is an error.
+    fn finish_unary(self: Box<Self>) -> Result<NativeResponse, GenerateError>;
+}
+
+/// What an abort call selects (see [`AbortRoute`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AbortSelector {
+    /// Every in-flight request whose abort key starts with this prefix (SGLang rule).
+    Prefix(String),
+    /// Requests whose abort key equals one of these (vLLM rule).
+    Exact(Vec<String>),
+    /// Every in-flight request of this format.
+    All,
+    /// Nothing (e.g. SGLang's empty rid without `abort_all`).
+    Nothing,
+}
+
+/// A format's native abort endpoint.
+#[derive(Debug, Clone, Copy)]
+pub struct AbortRoute {
+    /// Path, e.g. `/abort_request`.
+    pub path: &'static str,
+    /// Parse the body into a selector.
+    pub parse: fn(&[u8]) -> Result<AbortSelector, GenerateError>,
+}
+
+/// A native backend format (SGLang, vLLM, …). Object-safe; one instance serves every request of
+/// its routes.
+pub trait GenerateFormat: Send + Sync + 'static {
+    /// Catalog name, e.g. `"sglang"`.
+    fn name(&self) -> &'static str;
+
+    /// Phase *parse/validate + project*: validate the native body and headers against the
+    /// model's facts, and project it to engine requests.
+    ///
+    /// # Errors
+    /// A client-fault [`GenerateError`] with the native message.
+    fn prepare(&self, input: ParseInput<'_>) -> Result<Prepared, GenerateError>;
+
+    /// Render `error` as the native unary error answer (status + envelope).
+    fn error_response(&self, error: &GenerateError) -> NativeResponse;
+
+    /// Render `error` as the payload of one SSE event, for errors after the headers went out.
+    fn stream_error_event(&self, error: &GenerateError) -> Bytes;
+
+    /// The format's native abort endpoint, if it has one.
+    fn abort_route(&self) -> Option<AbortRoute> {
+        None
+    }
+}

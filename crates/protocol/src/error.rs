@@ -1,0 +1,131 @@
+//! [`EngineError`]: typed failures of the engine contract.
+
+use serde::{Deserialize, Serialize};
+
+/// Who caused a failure. Decides the status class: client → 4xx, engine → 502/503, frontend → 500.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fault {
+    /// The request was invalid.
+    Client,
+    /// The engine (or the network to it) failed.
+    Engine,
+    /// genfront itself failed.
+    Frontend,
+}
+
+/// What went wrong, with a stable reason code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The engine rejected the request as invalid (message is client-facing).
+    InvalidArgument,
+    /// The engine cannot produce something the request asked for (message is client-facing).
+    Unsupported,
+    /// The engine is unreachable, starting or shutting down; safe to retry elsewhere.
+    Unavailable,
+    /// The engine is at capacity; safe to retry later.
+    Overloaded,
+    /// The stream ended before a terminal item; safe to retry.
+    StreamIncomplete,
+    /// The request was cancelled before the engine produced a result.
+    Cancelled,
+    /// The engine returned something that breaks the contract, or failed internally.
+    Internal,
+}
+
+impl ErrorKind {
+    /// Stable reason code, used in logs and as a metric label.
+    pub fn code(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidArgument => "backend.invalid_argument",
+            ErrorKind::Unsupported => "backend.unsupported",
+            ErrorKind::Unavailable => "backend.unavailable",
+            ErrorKind::Overloaded => "backend.overloaded",
+            ErrorKind::StreamIncomplete => "backend.stream_incomplete",
+            ErrorKind::Cancelled => "backend.cancelled",
+            ErrorKind::Internal => "backend.internal",
+        }
+    }
+
+    /// Who is at fault.
+    pub fn fault(self) -> Fault {
+        match self {
+            ErrorKind::InvalidArgument | ErrorKind::Unsupported | ErrorKind::Cancelled => {
+                Fault::Client
+            }
+            ErrorKind::Unavailable | ErrorKind::Overloaded | ErrorKind::StreamIncomplete => {
+                Fault::Engine
+            }
+            ErrorKind::Internal => Fault::Engine,
+        }
+    }
+
+    /// Whether the same request may safely be retried (on this or another worker).
+    pub fn retryable(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::Unavailable | ErrorKind::Overloaded | ErrorKind::StreamIncomplete
+        )
+    }
+}
+
+/// A typed engine failure.
+///
+/// `message` is client-facing only for [`ErrorKind::InvalidArgument`] and
+/// [`ErrorKind::Unsupported`]; for every other kind it is an internal detail that is logged and
+/// never sent to a client.
+#[derive(Debug, Clone, PartialEq, thiserror::Error, Serialize, Deserialize)]
+#[error("{} ({}): {message}", kind.code(), match kind.fault() { Fault::Client => "client", Fault::Engine => "engine", Fault::Frontend => "frontend" })]
+pub struct EngineError {
+    /// What went wrong.
+    pub kind: ErrorKind,
+    /// Detail (see the type's docs for who may see it).
+    pub message: String,
+    /// The engine's own HTTP-ish status, when it gave one (e.g. SGLang abort `status_code`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_code: Option<u16>,
+    /// The engine's own error type, when it gave one (e.g. SGLang `err_type`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub err_type: Option<String>,
+}
+
+impl EngineError {
+    /// An error of `kind` with `message`.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            status_code: None,
+            err_type: None,
+        }
+    }
+
+    /// Shorthand for [`ErrorKind::InvalidArgument`].
+    pub fn invalid_argument(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::InvalidArgument, message)
+    }
+
+    /// Shorthand for [`ErrorKind::Unsupported`].
+    pub fn unsupported(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Unsupported, message)
+    }
+
+    /// Shorthand for [`ErrorKind::Unavailable`].
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Unavailable, message)
+    }
+
+    /// Shorthand for [`ErrorKind::Internal`].
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Internal, message)
+    }
+
+    /// Whether `message` may be shown to the client.
+    pub fn is_public(&self) -> bool {
+        matches!(
+            self.kind,
+            ErrorKind::InvalidArgument | ErrorKind::Unsupported
+        )
+    }
+}

@@ -1,0 +1,24 @@
+//! genfront's **engine contract**: the one request/response shape every backend speaks.
+//!
+//! A format plugin (`genfront-sglang`, `genfront-vllm`, …) projects a validated native request into an
+//! [`EngineRequest`]; a worker ([`Engine`]) answers with a stream of [`EngineOutput`] *deltas* or a
+//! typed [`EngineError`]. Because this shape is engine-neutral, any format can be served by any engine
+//! that can honour the request's options.
+//!
+//! Start reading at [`EngineRequest`] and [`Engine::generate`].
+
+mod engine;
+mod error;
+mod output;
+mod request;
+
+pub use engine::{Engine, EngineInfo, OutputStream};
+pub use error::{EngineError, ErrorKind, Fault};
+pub use output::{
+    Candidate, EngineOutput, FinishReason, PromptLogprobs, RoutedExperts, StopMatch, TokenLogprob,
+    Usage,
+};
+pub use request::{
+    EngineRequest, NativeBody, OutputOptions, PromptLogprobOptions, RoutingHints, SamplingOptions,
+    StopConditions,
+};

@@ -1,0 +1,171 @@
+//! [`EngineOutput`]: one delta of a generation stream.
+
+use serde::{Deserialize, Serialize};
+
+/// One item of a generation stream: a **delta** (only what is new since the previous item of the
+/// same choice), plus the finish reason on the choice's last item.
+///
+/// Invariants an [`crate::Engine`] upholds: for each choice `index`, `logprobs` (when present) has
+/// one entry per `token_ids` entry, `sampling_mask` likewise, and exactly one item carries a
+/// `finish_reason`, after which no item of that choice follows.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EngineOutput {
+    /// Choice index in `0..n` (parallel sampling).
+    #[serde(default)]
+    pub index: u32,
+    /// New output token ids.
+    #[serde(default)]
+    pub token_ids: Vec<u32>,
+    /// One entry per new token, when output logprobs were requested.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<Vec<TokenLogprob>>,
+    /// Prompt logprobs; sent at most once per choice (with its first item).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_logprobs: Option<PromptLogprobs>,
+    /// New rows of routed experts, when requested.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routed_experts: Option<RoutedExperts>,
+    /// One support set per new token (the token ids sampling could choose from), when requested.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling_mask: Option<Vec<Vec<u32>>>,
+    /// Set on the choice's last item.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<FinishReason>,
+    /// Cumulative token counts for this choice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    /// P/D hand-off parameters returned by the engine (vLLM `kv_transfer_params`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<serde_json::Value>,
+    /// The engine's native frame, opaque, for formats that pass native fields through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_data: Option<serde_json::Value>,
+}
+
+/// Logprob information for one token position.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TokenLogprob {
+    /// The token at this position (sampled for output, given for the prompt).
+    pub token_id: u32,
+    /// Its natural-log probability (may be `-inf` from a real engine; formats clamp as they must).
+    pub logprob: f64,
+    /// Its 1-based rank in the distribution, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
+    /// The top alternatives, best first (as many as requested).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub top: Vec<Candidate>,
+    /// Logprobs of the explicitly requested token ids, in request order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub selected: Vec<Candidate>,
+}
+
+/// One token and its logprob.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Candidate {
+    /// Token id.
+    pub token_id: u32,
+    /// Natural-log probability.
+    pub logprob: f64,
+    /// 1-based rank, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
+}
+
+/// Prompt logprobs for positions `start..prompt_len`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PromptLogprobs {
+    /// First prompt position covered.
+    pub start: u32,
+    /// One entry per position from `start`; `None` where no logprob exists (position 0).
+    pub entries: Vec<Option<TokenLogprob>>,
+}
+
+/// Routed experts (MoE routing replay): `ids` is a row-major `(rows, num_layers, top_k)` tensor of
+/// expert ids, one row per forward-pass token position.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RoutedExperts {
+    /// Number of MoE layers per row.
+    pub num_layers: u32,
+    /// Experts per token per layer.
+    pub top_k: u32,
+    /// Expert ids, `rows * num_layers * top_k` entries.
+    pub ids: Vec<i32>,
+}
+
+impl RoutedExperts {
+    /// Number of token rows in `ids`.
+    pub fn rows(&self) -> usize {
+        let width = (self.num_layers as usize) * (self.top_k as usize);
+        if width == 0 {
+            0
+        } else {
+            self.ids.len() / width
+        }
+    }
+}
+
+/// Cumulative token counts for one choice.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt length in tokens.
+    pub prompt_tokens: u32,
+    /// Output tokens generated so far for this choice.
+    pub completion_tokens: u32,
+    /// Prompt tokens served from the prefix cache.
+    pub cached_tokens: u32,
+}
+
+/// Why a choice finished.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum FinishReason {
+    /// The model produced an end-of-sequence token (included in the output ids).
+    Eos {
+        /// The EOS token id produced.
+        token_id: u32,
+    },
+    /// A stop condition matched.
+    Stop {
+        /// The stop token id or stop string that matched.
+        matched: StopMatch,
+    },
+    /// The token budget ran out after `length` output tokens.
+    Length {
+        /// Number of output tokens generated.
+        length: u32,
+    },
+    /// The request was cancelled or aborted (client disconnect, abort call, shutdown).
+    Cancelled {
+        /// Human-readable reason, e.g. SGLang's `"Aborted"`.
+        message: String,
+    },
+    /// The engine failed this choice. The message is internal (logged, never sent to clients).
+    Error {
+        /// Internal detail.
+        message: String,
+    },
+}
+
+impl FinishReason {
+    /// Stable short label, for metrics and traces.
+    pub fn label(&self) -> &'static str {
+        match self {
+            FinishReason::Eos { .. } => "eos",
+            FinishReason::Stop { .. } => "stop",
+            FinishReason::Length { .. } => "length",
+            FinishReason::Cancelled { .. } => "cancelled",
+            FinishReason::Error { .. } => "error",
+        }
+    }
+}
+
+/// What a stop condition matched.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum StopMatch {
+    /// A stop token id.
+    TokenId(u32),
+    /// A stop string.
+    Text(String),
+}

@@ -1,0 +1,147 @@
+//! [`EngineRequest`]: what a format plugin hands to a worker.
+
+use serde::{Deserialize, Serialize};
+
+/// One generation request as every engine sees it: a single prompt of token ids, with stop
+/// conditions, sampling and output options, routing hints and the client's native body.
+///
+/// Built by a format plugin's projection step from a validated native request; the frontend then
+/// fills [`EngineRequest::request_id`] with a private id it minted, so a client can never choose the
+/// id an engine sees.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EngineRequest {
+    /// Internal request id minted by the frontend (32 lowercase hex chars, prefix-free among
+    /// in-flight requests). Used for engine dispatch, aborts, logs and traces. Never client-chosen.
+    pub request_id: String,
+    /// The prompt, as token ids (each `< EngineInfo::vocab_size`).
+    pub token_ids: Vec<u32>,
+    /// When generation stops.
+    pub stop: StopConditions,
+    /// How tokens are sampled.
+    pub sampling: SamplingOptions,
+    /// What the engine reports besides token ids.
+    pub output: OutputOptions,
+    /// Hints for the router and the engine scheduler.
+    pub routing: RoutingHints,
+    /// P/D hand-off parameters (vLLM `kv_transfer_params`, SGLang bootstrap info), opaque.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<serde_json::Value>,
+    /// The client's native request, so an engine client for the same engine can rebuild the exact
+    /// native body (unknown keys included).
+    pub native: NativeBody,
+}
+
+/// Stop conditions. Token counts are in tokens of output.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StopConditions {
+    /// Maximum number of new tokens; `None` = up to the engine's context length.
+    /// `Some(0)` is a prefill-only (scoring) request: no token is generated.
+    pub max_tokens: Option<u32>,
+    /// Minimum number of new tokens before EOS or a stop token may end the request.
+    pub min_tokens: u32,
+    /// Token ids that end generation (the matched id is reported in [`crate::StopMatch`]).
+    pub stop_token_ids: Vec<u32>,
+    /// Stop strings (need a tokenizer; token-only engines reject them).
+    pub stop: Vec<String>,
+    /// Keep generating past EOS.
+    pub ignore_eos: bool,
+}
+
+/// Sampling options. `None` means the engine's default.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SamplingOptions {
+    /// Number of parallel samples for this prompt; outputs carry [`crate::EngineOutput::index`].
+    pub n: u32,
+    /// Temperature; `Some(0.0)` means greedy.
+    pub temperature: Option<f64>,
+    /// Nucleus sampling mass in (0, 1].
+    pub top_p: Option<f64>,
+    /// Top-k; `None` or a value `< 1` means disabled.
+    pub top_k: Option<i64>,
+    /// Min-p in [0, 1].
+    pub min_p: Option<f64>,
+    /// Frequency penalty in [-2, 2].
+    pub frequency_penalty: Option<f64>,
+    /// Presence penalty in [-2, 2].
+    pub presence_penalty: Option<f64>,
+    /// Repetition penalty (> 0; 1.0 = none).
+    pub repetition_penalty: Option<f64>,
+    /// Seed for reproducible sampling.
+    pub seed: Option<u64>,
+}
+
+impl Default for SamplingOptions {
+    fn default() -> Self {
+        Self {
+            n: 1,
+            temperature: None,
+            top_p: None,
+            top_k: None,
+            min_p: None,
+            frequency_penalty: None,
+            presence_penalty: None,
+            repetition_penalty: None,
+            seed: None,
+        }
+    }
+}
+
+impl SamplingOptions {
+    /// Whether sampling is greedy (temperature below 1e-5, the threshold both engines use).
+    pub fn is_greedy(&self) -> bool {
+        self.temperature.is_some_and(|t| t < 1e-5)
+    }
+}
+
+/// What the engine reports besides output token ids.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct OutputOptions {
+    /// Output-token logprobs: `None` = none; `Some(k)` = the sampled token's logprob plus the top
+    /// `k` alternatives (`k = 0`: sampled token only).
+    pub logprobs: Option<u32>,
+    /// Prompt-token logprobs, when requested.
+    pub prompt_logprobs: Option<PromptLogprobOptions>,
+    /// Token ids whose logprobs are reported at every position (SGLang `token_ids_logprob`, vLLM
+    /// `logprob_token_ids`), for the output side and, when prompt logprobs are on, the prompt side.
+    pub token_ids_logprobs: Vec<u32>,
+    /// Report the routed experts (MoE routing replay, "R3").
+    pub routed_experts: bool,
+    /// First prompt position whose routed experts are reported.
+    pub routed_experts_start: u32,
+    /// Report the sampling mask (the support set each token was sampled from).
+    pub sampling_mask: bool,
+}
+
+/// Which prompt positions get logprobs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PromptLogprobOptions {
+    /// First prompt position reported (0 = the whole prompt; position 0 has no logprob).
+    pub start: u32,
+    /// Number of top alternatives per position.
+    pub top_k: u32,
+}
+
+/// Routing hints for the router and the engine's scheduler.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RoutingHints {
+    /// Data-parallel rank to pin the request to.
+    pub dp_rank: Option<u32>,
+    /// Scheduling priority as the native API defines it.
+    pub priority: Option<i64>,
+    /// Prefix-cache namespace (vLLM `cache_salt`, SGLang `cache_salt`/`extra_key`).
+    pub cache_salt: Option<String>,
+    /// Session / conversation id for affinity.
+    pub session_id: Option<String>,
+    /// LoRA adapter name.
+    pub lora: Option<String>,
+}
+
+/// The client's native request, kept so an engine client for the same engine can rebuild it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NativeBody {
+    /// Format name (`"sglang"`, `"vllm"`, …) that produced `body`.
+    pub format: String,
+    /// The native JSON object for this one engine request (for a batch: the item's own body),
+    /// with every key the client sent, in the client's order, unknown keys included.
+    pub body: serde_json::Value,
+}
