@@ -1,0 +1,1 @@
+//! genfront: SGLang native format.

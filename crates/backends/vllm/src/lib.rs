@@ -1,0 +1,1 @@
+//! genfront: vLLM native format.

@@ -1,0 +1,1 @@
+//! genfront: Shared HTTP handler.

@@ -1,0 +1,1 @@
+//! genfront: In-process mock engine.
