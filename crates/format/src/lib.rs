@@ -75,8 +75,46 @@ pub struct SubRequest {
 pub struct NativeResponse {
     /// HTTP status.
     pub status: StatusCode,
-    /// Body bytes (JSON).
+    /// `Content-Type` of `body`: [`CONTENT_TYPE_JSON`] or [`CONTENT_TYPE_SSE`].
+    pub content_type: &'static str,
+    /// Body bytes.
     pub body: Bytes,
+}
+
+/// `application/json`.
+pub const CONTENT_TYPE_JSON: &str = "application/json";
+/// `text/event-stream` (for a whole SSE body, e.g. SGLang's 200 + error event for an invalid
+/// streaming request).
+pub const CONTENT_TYPE_SSE: &str = "text/event-stream";
+
+impl NativeResponse {
+    /// A JSON answer.
+    pub fn json(status: StatusCode, body: impl Into<Bytes>) -> Self {
+        Self {
+            status,
+            content_type: CONTENT_TYPE_JSON,
+            body: body.into(),
+        }
+    }
+}
+
+/// Why [`GenerateFormat::prepare`] refused a request, and whether the client had asked for a
+/// stream (some engines answer an invalid *streaming* request with a 200 SSE error event).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rejection {
+    /// The error.
+    pub error: GenerateError,
+    /// Whether the body asked for streaming (false when that could not be read).
+    pub stream: bool,
+}
+
+impl From<GenerateError> for Rejection {
+    fn from(error: GenerateError) -> Self {
+        Self {
+            error,
+            stream: false,
+        }
+    }
 }
 
 /// Per-request response builder, created by [`GenerateFormat::prepare`].
@@ -143,11 +181,13 @@ pub trait GenerateFormat: Send + Sync + 'static {
     /// model's facts, and project it to engine requests.
     ///
     /// # Errors
-    /// A client-fault [`GenerateError`] with the native message.
-    fn prepare(&self, input: ParseInput<'_>) -> Result<Prepared, GenerateError>;
+    /// A [`Rejection`] carrying a client-fault [`GenerateError`] with the native message.
+    fn prepare(&self, input: ParseInput<'_>) -> Result<Prepared, Rejection>;
 
-    /// Render `error` as the native unary error answer (status + envelope).
-    fn error_response(&self, error: &GenerateError) -> NativeResponse;
+    /// Render `error` as the native error answer sent before any response header: the status and
+    /// envelope the engine itself would send. `stream` tells whether the client asked for SSE
+    /// (SGLang answers an invalid streaming request with HTTP 200 and an SSE error event).
+    fn error_response(&self, error: &GenerateError, stream: bool) -> NativeResponse;
 
     /// Render `error` as the payload of one SSE event, for errors after the headers went out.
     fn stream_error_event(&self, error: &GenerateError) -> Bytes;

@@ -4,7 +4,7 @@ use bytes::Bytes;
 use http::{Method, StatusCode};
 
 use super::*;
-use crate::{GenerateError, NativeResponse, ParseInput, Prepared};
+use crate::{GenerateError, NativeResponse, ParseInput, Prepared, Rejection};
 
 struct Dummy(&'static str);
 
@@ -12,14 +12,11 @@ impl GenerateFormat for Dummy {
     fn name(&self) -> &'static str {
         self.0
     }
-    fn prepare(&self, _: ParseInput<'_>) -> Result<Prepared, GenerateError> {
-        Err(GenerateError::validation("dummy"))
+    fn prepare(&self, _: ParseInput<'_>) -> Result<Prepared, Rejection> {
+        Err(GenerateError::validation("dummy").into())
     }
-    fn error_response(&self, _: &GenerateError) -> NativeResponse {
-        NativeResponse {
-            status: StatusCode::BAD_REQUEST,
-            body: Bytes::new(),
-        }
+    fn error_response(&self, _: &GenerateError, _: bool) -> NativeResponse {
+        NativeResponse::json(StatusCode::BAD_REQUEST, Bytes::new())
     }
     fn stream_error_event(&self, _: &GenerateError) -> Bytes {
         Bytes::new()
