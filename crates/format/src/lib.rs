@@ -171,6 +171,27 @@ pub struct AbortRoute {
     pub parse: fn(&[u8]) -> Result<AbortSelector, GenerateError>,
 }
 
+/// What an auxiliary (non-generate) route of a format answers.
+#[derive(Debug, Clone, Copy)]
+pub enum AuxKind {
+    /// A static answer built from the model's facts (e.g. SGLang `GET /get_model_info`, vLLM
+    /// `GET /v1/models`).
+    ModelInfo(fn(&EngineInfo) -> NativeResponse),
+    /// A generation probe: the frontend sends a one-token request to an engine and answers 200
+    /// with an empty body when a token arrives in time, 503 otherwise (SGLang
+    /// `GET /health_generate`).
+    GenerateProbe,
+}
+
+/// A format's auxiliary `GET` route.
+#[derive(Debug, Clone, Copy)]
+pub struct AuxRoute {
+    /// Path, e.g. `/get_model_info`.
+    pub path: &'static str,
+    /// What it answers.
+    pub kind: AuxKind,
+}
+
 /// A native backend format (SGLang, vLLM, …). Object-safe; one instance serves every request of
 /// its routes.
 pub trait GenerateFormat: Send + Sync + 'static {
@@ -195,5 +216,10 @@ pub trait GenerateFormat: Send + Sync + 'static {
     /// The format's native abort endpoint, if it has one.
     fn abort_route(&self) -> Option<AbortRoute> {
         None
+    }
+
+    /// The format's auxiliary `GET` routes (model info, generation probe), if any.
+    fn aux_routes(&self) -> &'static [AuxRoute] {
+        &[]
     }
 }
