@@ -1,1 +1,234 @@
-//! genfront: Shared HTTP handler.
+//! genfront's **shared HTTP handler**: one handler serves every format in the catalog.
+//!
+//! It owns everything around the format logic: the route table (built from
+//! [`genfront_format::resolve_routes`]), body limits, private request ids, dispatch to the engine
+//! pool, SSE delivery with backpressure, cancellation on client disconnect (RAII: dropping the
+//! response body drops the engine streams, which aborts the work), abort-by-id endpoints, and the
+//! one error path that renders [`genfront_format::GenerateError`] in the format's native envelope.
+//! It contains no format-specific code.
+//!
+//! Start at [`app`] and [`generate`](handler).
+
+mod handler;
+mod ids;
+mod metrics;
+mod pool;
+mod registry;
+mod sse;
+mod trace;
+mod track;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{MethodFilter, get, on};
+use futures::StreamExt;
+use genfront_format::{AuxKind, Route};
+use genfront_protocol::{EngineRequest, SamplingOptions, StopConditions};
+use http::StatusCode;
+use http::header::{CONTENT_TYPE, HeaderValue};
+pub use ids::mint_request_id;
+pub use metrics::Metrics;
+pub use pool::EnginePool;
+pub use registry::InFlight;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+pub use trace::{TRACE_CHANNEL_CAPACITY, TraceEngineRequest, TraceRecord, TraceSink, prompt_hash};
+
+/// Default request body limit: 64 MiB.
+pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024 * 1024;
+
+/// Frontend limits and behaviour.
+#[derive(Debug, Clone)]
+pub struct FrontendConfig {
+    /// Maximum request body size in bytes (`--body-limit`).
+    pub body_limit: usize,
+    /// Maximum concurrent generate requests; `None` = unlimited (`--max-concurrent-requests`).
+    pub max_concurrent_requests: Option<usize>,
+    /// `Retry-After` sent with 503 when the concurrency limit is reached.
+    pub retry_after: Duration,
+    /// How long a generation probe (`/health_generate`) waits for a token.
+    pub probe_timeout: Duration,
+}
+
+impl Default for FrontendConfig {
+    fn default() -> Self {
+        Self {
+            body_limit: DEFAULT_BODY_LIMIT,
+            max_concurrent_requests: None,
+            retry_after: Duration::from_secs(1),
+            probe_timeout: Duration::from_secs(20),
+        }
+    }
+}
+
+/// Shared state of the app.
+#[derive(Debug)]
+pub struct AppState {
+    /// Engines requests are dispatched to.
+    pub pool: EnginePool,
+    /// In-flight requests, for abort-by-id.
+    pub in_flight: InFlight,
+    /// Configuration.
+    pub config: FrontendConfig,
+    /// Metric families.
+    pub metrics: Arc<Metrics>,
+    /// Request trace writer, when `--trace-file` is set.
+    pub trace: Option<TraceSink>,
+    /// Concurrency permits, when limited.
+    permits: Option<Arc<Semaphore>>,
+}
+
+impl AppState {
+    /// State over `pool` with `config`, fresh metrics and no trace.
+    pub fn new(pool: EnginePool, config: FrontendConfig) -> Arc<Self> {
+        Self::with_metrics(pool, config, Arc::new(Metrics::new()), None)
+    }
+
+    /// State with the given metrics and trace sink (the trace sink counts drops in `metrics`).
+    pub fn with_metrics(
+        pool: EnginePool,
+        config: FrontendConfig,
+        metrics: Arc<Metrics>,
+        trace: Option<TraceSink>,
+    ) -> Arc<Self> {
+        let permits = config
+            .max_concurrent_requests
+            .map(|n| Arc::new(Semaphore::new(n)));
+        Arc::new(Self {
+            pool,
+            in_flight: InFlight::default(),
+            config,
+            metrics,
+            trace,
+            permits,
+        })
+    }
+
+    /// Graceful-shutdown deadline: cancel every in-flight engine request (engines abort them and
+    /// the responses end with the native abort shape). Returns how many were cancelled.
+    pub fn abort_all_for_shutdown(&self) -> usize {
+        let n = self.in_flight.abort_everything();
+        self.metrics.engine_aborts("all", "shutdown", n as u64);
+        n
+    }
+}
+
+async fn ready(state: Arc<AppState>) -> Response {
+    if state.pool.any_ready() {
+        (StatusCode::OK, "").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "").into_response()
+    }
+}
+
+async fn metrics_text(state: Arc<AppState>) -> Response {
+    let mut r = state.metrics.encode().into_response();
+    r.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    r
+}
+
+/// One-token generation on the next ready engine; 200 when a token (or a finish) arrives within
+/// the probe timeout, 503 otherwise.
+async fn generate_probe(state: Arc<AppState>) -> Response {
+    let Some((_, engine)) = state.pool.pick() else {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    };
+    let request = EngineRequest {
+        request_id: format!("HEALTH_CHECK_{}", ids::mint_request_id()),
+        token_ids: vec![0],
+        stop: StopConditions {
+            max_tokens: Some(1),
+            ..Default::default()
+        },
+        sampling: SamplingOptions {
+            temperature: Some(0.0),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let cancel = CancellationToken::new();
+    let _guard = cancel.clone().drop_guard();
+    let mut stream = engine.generate(request, cancel);
+    match tokio::time::timeout(state.config.probe_timeout, stream.next()).await {
+        Ok(Some(Ok(_))) => StatusCode::OK.into_response(),
+        _ => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+    }
+}
+
+/// Build the router: every resolved generate route, each format's abort and auxiliary routes,
+/// `GET /health` (process up), `GET /ready` (an engine is ready) and `GET /metrics`.
+pub fn app(state: Arc<AppState>, routes: &[Route]) -> Router {
+    let st = state.clone();
+    let st2 = state.clone();
+    let mut router = Router::new()
+        .route("/health", get(|| async { "" }))
+        .route("/ready", get(move || ready(st.clone())))
+        .route("/metrics", get(move || metrics_text(st2.clone())));
+    let mut abort_paths: Vec<&'static str> = Vec::new();
+    let mut aux_paths: Vec<&'static str> = Vec::new();
+    for route in routes {
+        let mut filter: Option<MethodFilter> = None;
+        for m in &route.methods {
+            if let Ok(f) = MethodFilter::try_from(m.clone()) {
+                filter = Some(filter.map_or(f, |acc| acc.or(f)));
+            }
+        }
+        let Some(filter) = filter else { continue };
+        let st = state.clone();
+        let format = route.format.clone();
+        let path: Arc<str> = Arc::from(route.path.as_str());
+        router = router.route(
+            &route.path,
+            on(filter, move |headers, body| {
+                handler::generate(st.clone(), path.clone(), format.clone(), headers, body)
+            }),
+        );
+        for aux in route.format.aux_routes() {
+            if aux_paths.contains(&aux.path) || routes.iter().any(|r| r.path == aux.path) {
+                continue;
+            }
+            aux_paths.push(aux.path);
+            let st = state.clone();
+            router = match aux.kind {
+                AuxKind::ModelInfo(render) => router.route(
+                    aux.path,
+                    get(move || {
+                        let st = st.clone();
+                        async move {
+                            let r = render(st.pool.info());
+                            let mut resp = (r.status, r.body).into_response();
+                            resp.headers_mut()
+                                .insert(CONTENT_TYPE, HeaderValue::from_static(r.content_type));
+                            resp
+                        }
+                    }),
+                ),
+                AuxKind::GenerateProbe => {
+                    router.route(aux.path, get(move || generate_probe(st.clone())))
+                }
+            };
+        }
+        if let Some(abort) = route.format.abort_route()
+            && !abort_paths.contains(&abort.path)
+        {
+            {
+                abort_paths.push(abort.path);
+                let st = state.clone();
+                let format = route.format.clone();
+                router = router.route(
+                    abort.path,
+                    axum::routing::post(move |body| {
+                        handler::abort(st.clone(), format.clone(), abort, body)
+                    }),
+                );
+            }
+        }
+    }
+    router
+}

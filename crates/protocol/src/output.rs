@@ -97,11 +97,7 @@ impl RoutedExperts {
     /// Number of token rows in `ids`.
     pub fn rows(&self) -> usize {
         let width = (self.num_layers as usize) * (self.top_k as usize);
-        if width == 0 {
-            0
-        } else {
-            self.ids.len() / width
-        }
+        self.ids.len().checked_div(width).unwrap_or(0)
     }
 }
 

@@ -1,0 +1,266 @@
+//! The shared generate and abort handlers.
+//!
+//! Phases (see `docs/request-lifecycle.md`): receive (limits) → parse/validate (format) → mint ids
+//! → dispatch (pool) → assemble (format) → respond (unary body or SSE) → record.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures::stream::{self, BoxStream, StreamExt};
+use genfront_format::{
+    AbortRoute, GenerateError, GenerateFormat, NativeResponse, ParseInput, Prepared,
+};
+use genfront_protocol::{EngineError, EngineOutput};
+use http::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use http::{HeaderMap, HeaderName, StatusCode};
+use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::sync::CancellationToken;
+
+use crate::registry::Registration;
+use crate::sse::SseBody;
+use crate::track::Tracker;
+use crate::{AppState, ids};
+
+/// `x-request-id`.
+pub(crate) static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// One engine output tagged with the index of its sub-request.
+pub(crate) type Tagged = (usize, Result<EngineOutput, EngineError>);
+
+/// What a request holds until its response body is dropped: the concurrency permit, abort
+/// registrations and the request token (cancelled on drop, so engines that only watch the token
+/// stop too).
+#[derive(Debug)]
+pub(crate) struct RequestGuard {
+    pub(crate) tracker: Tracker,
+    _permit: Option<OwnedSemaphorePermit>,
+    _registrations: Vec<Registration>,
+    cancel: CancellationToken,
+}
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+fn native(resp: NativeResponse) -> Response {
+    let mut r = (resp.status, resp.body).into_response();
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(resp.content_type));
+    r
+}
+
+fn error(format: &dyn GenerateFormat, err: &GenerateError, stream: bool) -> Response {
+    if err.status().is_server_error() {
+        tracing::warn!(format = format.name(), code = err.code(), error = %err, "request failed");
+    } else {
+        tracing::debug!(format = format.name(), code = err.code(), error = %err, "request rejected");
+    }
+    native(format.error_response(err, stream))
+}
+
+fn with_request_id(mut resp: Response, client_id: Option<&str>) -> Response {
+    if let Some(v) = client_id.and_then(|id| HeaderValue::from_str(id).ok()) {
+        resp.headers_mut().insert(X_REQUEST_ID.clone(), v);
+    }
+    resp
+}
+
+async fn read_body(body: Body, limit: usize) -> Result<Bytes, GenerateError> {
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let inner = e.into_inner();
+        if inner
+            .downcast_ref::<http_body_util::LengthLimitError>()
+            .is_some()
+        {
+            GenerateError::PayloadTooLarge {
+                limit_bytes: limit,
+                flag: "--body-limit",
+            }
+        } else {
+            GenerateError::Schema {
+                message: format!("Failed to read the request body: {inner}"),
+                param: None,
+            }
+        }
+    })
+}
+
+/// Serve one generate request with `format` on `route`.
+pub(crate) async fn generate(
+    state: Arc<AppState>,
+    route: Arc<str>,
+    format: Arc<dyn GenerateFormat>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let mut tracker = Tracker::start(state.clone(), route, format.name());
+    let permit = match &state.permits {
+        None => None,
+        Some(sem) => match sem.clone().try_acquire_owned() {
+            Ok(p) => Some(p),
+            Err(_) => {
+                let mut resp = reject(&mut tracker, &*format, &GenerateError::Overloaded, false);
+                let secs = state.config.retry_after.as_secs().max(1).to_string();
+                if let Ok(v) = HeaderValue::from_str(&secs) {
+                    resp.headers_mut().insert(RETRY_AFTER, v);
+                }
+                return resp;
+            }
+        },
+    };
+    let body = match read_body(body, state.config.body_limit).await {
+        Ok(b) => b,
+        Err(e) => return reject(&mut tracker, &*format, &e, false),
+    };
+    let prepared = match format.prepare(ParseInput {
+        headers: &headers,
+        body: &body,
+        engine: state.pool.info(),
+    }) {
+        Ok(p) => p,
+        Err(rej) => return reject(&mut tracker, &*format, &rej.error, rej.stream),
+    };
+    drop(body);
+    dispatch(state, format, prepared, permit, tracker).await
+}
+
+fn reject(
+    tracker: &mut Tracker,
+    format: &dyn GenerateFormat,
+    err: &GenerateError,
+    stream: bool,
+) -> Response {
+    let resp = error(format, err, stream);
+    tracker.complete(resp.status().as_u16(), err.code());
+    resp
+}
+
+async fn dispatch(
+    state: Arc<AppState>,
+    format: Arc<dyn GenerateFormat>,
+    prepared: Prepared,
+    permit: Option<OwnedSemaphorePermit>,
+    mut tracker: Tracker,
+) -> Response {
+    let Prepared {
+        client_id,
+        stream: streaming,
+        subs,
+        mut assembler,
+    } = prepared;
+    tracker.client_id = client_id.clone();
+    let cancel = CancellationToken::new();
+    let mut registrations = Vec::with_capacity(subs.len());
+    let mut streams: Vec<BoxStream<'static, Tagged>> = Vec::with_capacity(subs.len());
+    for (i, sub) in subs.into_iter().enumerate() {
+        let Some((worker, engine)) = state.pool.pick() else {
+            let resp = reject(&mut tracker, &*format, &GenerateError::NoEngine, false);
+            return with_request_id(resp, client_id.as_deref());
+        };
+        let mut request = sub.request;
+        request.request_id = ids::mint_request_id();
+        tracing::debug!(
+            format = format.name(),
+            internal_id = %request.request_id,
+            client_id = client_id.as_deref().unwrap_or(""),
+            native_id = %sub.abort_key,
+            worker,
+            prompt_tokens = request.token_ids.len(),
+            "dispatch"
+        );
+        tracker.dispatched(
+            &request.request_id,
+            &sub.abort_key,
+            worker,
+            &request.token_ids,
+            request.sampling.n,
+        );
+        let token = cancel.child_token();
+        registrations.push(
+            state
+                .in_flight
+                .register(format.name(), sub.abort_key, token.clone()),
+        );
+        streams.push(
+            engine
+                .generate(request, token)
+                .map(move |item| (i, item))
+                .boxed(),
+        );
+    }
+    let mut guard = RequestGuard {
+        tracker,
+        _permit: permit,
+        _registrations: registrations,
+        cancel,
+    };
+    let outputs = stream::select_all(streams);
+
+    if streaming {
+        let body = SseBody::new(outputs, assembler, format, guard);
+        let mut resp = Response::new(Body::from_stream(body));
+        let h = resp.headers_mut();
+        h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+        h.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        return with_request_id(resp, client_id.as_deref());
+    }
+
+    // Unary: dropping this future (client gone) drops the engine streams, which aborts them, and
+    // the guard, which counts the disconnect.
+    let mut outputs = outputs;
+    let mut sink = Vec::new();
+    while let Some((sub, item)) = outputs.next().await {
+        let result = item.map_err(GenerateError::from).and_then(|out| {
+            guard.tracker.observe(sub, &out);
+            assembler.on_output(sub, out, &mut sink)
+        });
+        if let Err(e) = result {
+            let resp = reject(&mut guard.tracker, &*format, &e, false);
+            return with_request_id(resp, client_id.as_deref());
+        }
+    }
+    let resp = match assembler.finish_unary() {
+        Ok(r) => {
+            let resp = native(r);
+            guard.tracker.complete(resp.status().as_u16(), "");
+            resp
+        }
+        Err(e) => reject(&mut guard.tracker, &*format, &e, false),
+    };
+    drop(guard);
+    with_request_id(resp, client_id.as_deref())
+}
+
+/// Serve a format's native abort endpoint: cancel every in-flight request it selects, then answer
+/// 200 with an empty body (both SGLang and vLLM do).
+pub(crate) async fn abort(
+    state: Arc<AppState>,
+    format: Arc<dyn GenerateFormat>,
+    route: AbortRoute,
+    body: Body,
+) -> Response {
+    let body = match read_body(body, state.config.body_limit).await {
+        Ok(b) => b,
+        Err(e) => return error(&*format, &e, false),
+    };
+    match (route.parse)(&body) {
+        Ok(selector) => {
+            let n = state.in_flight.abort(format.name(), &selector);
+            state
+                .metrics
+                .engine_aborts(format.name(), "abort_request", n as u64);
+            tracing::info!(
+                format = format.name(),
+                ?selector,
+                aborted = n,
+                "abort request"
+            );
+            StatusCode::OK.into_response()
+        }
+        Err(e) => error(&*format, &e, false),
+    }
+}

@@ -1,0 +1,225 @@
+//! Every metric family of the frontend, declared in one place. Handlers call methods on
+//! [`Metrics`] and never spell metric names.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Labels of `genfront_requests_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// Route path.
+    pub route: String,
+    /// Format name.
+    pub format: String,
+    /// HTTP status sent (499 for a client that went away before the end).
+    pub status: u16,
+    /// Error label ([`genfront_format::GenerateError::code`], `client_disconnect`, or empty).
+    pub error_type: String,
+}
+
+/// Labels of per-format families.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FormatLabels {
+    /// Format name.
+    pub format: String,
+}
+
+/// Labels of `genfront_engine_aborts_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AbortLabels {
+    /// Format name.
+    pub format: String,
+    /// Why: `client_disconnect`, `abort_request` or `shutdown`.
+    pub reason: String,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn latency_histogram() -> Histogram {
+    // 100 µs .. ~52 s.
+    Histogram::new(exponential_buckets(0.0001, 2.0, 20))
+}
+
+/// The frontend's metric families (Prometheus text at `GET /metrics`).
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    in_flight: Family<FormatLabels, Gauge>,
+    duration: HistogramFamily<FormatLabels>,
+    ttft: HistogramFamily<FormatLabels>,
+    itl: HistogramFamily<FormatLabels>,
+    input_tokens: Family<FormatLabels, Counter>,
+    output_tokens: Family<FormatLabels, Counter>,
+    cached_tokens: Family<FormatLabels, Counter>,
+    disconnects: Family<FormatLabels, Counter>,
+    engine_aborts: Family<AbortLabels, Counter>,
+    trace_dropped: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Per-request handles, resolved once so the per-token path does no label lookups.
+#[derive(Debug, Clone)]
+pub(crate) struct FormatHandles {
+    pub(crate) in_flight: Gauge,
+    pub(crate) duration: Histogram,
+    pub(crate) ttft: Histogram,
+    pub(crate) itl: Histogram,
+    pub(crate) input_tokens: Counter,
+    pub(crate) output_tokens: Counter,
+    pub(crate) cached_tokens: Counter,
+    pub(crate) disconnects: Counter,
+    pub(crate) disconnect_aborts: Counter,
+}
+
+impl Metrics {
+    /// Register every family.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("genfront");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "requests",
+            "Generate requests by route, format, HTTP status and error type",
+            requests.clone(),
+        );
+        let in_flight = Family::<FormatLabels, Gauge>::default();
+        registry.register(
+            "requests_in_flight",
+            "Generate requests in flight",
+            in_flight.clone(),
+        );
+        let duration: HistogramFamily<FormatLabels> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "request_duration_seconds",
+            "Time from request arrival (queueing included) to the last byte handed to the connection",
+            duration.clone(),
+        );
+        let ttft: HistogramFamily<FormatLabels> = Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "time_to_first_token_seconds",
+            "Time from request arrival to the first output token",
+            ttft.clone(),
+        );
+        let itl: HistogramFamily<FormatLabels> = Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "inter_token_latency_seconds",
+            "Time between consecutive output deltas of a request, per token",
+            itl.clone(),
+        );
+        let input_tokens = Family::<FormatLabels, Counter>::default();
+        registry.register(
+            "input_tokens",
+            "Prompt tokens of finished engine requests",
+            input_tokens.clone(),
+        );
+        let output_tokens = Family::<FormatLabels, Counter>::default();
+        registry.register(
+            "output_tokens",
+            "Output tokens delivered",
+            output_tokens.clone(),
+        );
+        let cached_tokens = Family::<FormatLabels, Counter>::default();
+        registry.register(
+            "cached_tokens",
+            "Prompt tokens served from the engine's prefix cache",
+            cached_tokens.clone(),
+        );
+        let disconnects = Family::<FormatLabels, Counter>::default();
+        registry.register(
+            "client_disconnects",
+            "Requests whose client went away before the response was complete",
+            disconnects.clone(),
+        );
+        let engine_aborts = Family::<AbortLabels, Counter>::default();
+        registry.register(
+            "engine_aborts",
+            "Engine requests cancelled by the frontend, by reason",
+            engine_aborts.clone(),
+        );
+        let trace_dropped = Counter::default();
+        registry.register(
+            "trace_records_dropped",
+            "Request trace records dropped because the trace writer was behind",
+            trace_dropped.clone(),
+        );
+        Self {
+            registry,
+            requests,
+            in_flight,
+            duration,
+            ttft,
+            itl,
+            input_tokens,
+            output_tokens,
+            cached_tokens,
+            disconnects,
+            engine_aborts,
+            trace_dropped,
+        }
+    }
+
+    /// Prometheus text exposition of every family.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    pub(crate) fn handles(&self, format: &str) -> FormatHandles {
+        let l = FormatLabels {
+            format: format.to_owned(),
+        };
+        FormatHandles {
+            in_flight: self.in_flight.get_or_create(&l).clone(),
+            duration: self.duration.get_or_create(&l).clone(),
+            ttft: self.ttft.get_or_create(&l).clone(),
+            itl: self.itl.get_or_create(&l).clone(),
+            input_tokens: self.input_tokens.get_or_create(&l).clone(),
+            output_tokens: self.output_tokens.get_or_create(&l).clone(),
+            cached_tokens: self.cached_tokens.get_or_create(&l).clone(),
+            disconnects: self.disconnects.get_or_create(&l).clone(),
+            disconnect_aborts: self
+                .engine_aborts
+                .get_or_create(&AbortLabels {
+                    format: format.to_owned(),
+                    reason: "client_disconnect".into(),
+                })
+                .clone(),
+        }
+    }
+
+    pub(crate) fn request_done(&self, route: &str, format: &str, status: u16, error_type: &str) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                route: route.to_owned(),
+                format: format.to_owned(),
+                status,
+                error_type: error_type.to_owned(),
+            })
+            .inc();
+    }
+
+    pub(crate) fn engine_aborts(&self, format: &str, reason: &str, n: u64) {
+        self.engine_aborts
+            .get_or_create(&AbortLabels {
+                format: format.to_owned(),
+                reason: reason.to_owned(),
+            })
+            .inc_by(n);
+    }
+
+    pub(crate) fn trace_dropped(&self) {
+        self.trace_dropped.inc();
+    }
+}

@@ -1,0 +1,109 @@
+//! SSE delivery: the response body of a streaming request.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use futures::Stream;
+use futures::stream::{BoxStream, SelectAll, StreamExt};
+use genfront_format::{Assembler, GenerateError, GenerateFormat};
+
+use crate::handler::{RequestGuard, Tagged};
+
+const DONE: &[u8] = b"data: [DONE]\n\n";
+
+/// The body of a streaming response. Polled by hyper only when the connection can take more, so
+/// a slow client backpressures the engine streams; dropping it (client gone) drops the engine
+/// streams and the [`RequestGuard`], which aborts the engine work.
+pub(crate) struct SseBody {
+    outputs: SelectAll<BoxStream<'static, Tagged>>,
+    assembler: Box<dyn Assembler>,
+    format: Arc<dyn GenerateFormat>,
+    events: Vec<Bytes>,
+    done: bool,
+    guard: RequestGuard,
+}
+
+impl SseBody {
+    pub(crate) fn new(
+        outputs: SelectAll<BoxStream<'static, Tagged>>,
+        assembler: Box<dyn Assembler>,
+        format: Arc<dyn GenerateFormat>,
+        guard: RequestGuard,
+    ) -> Self {
+        Self {
+            outputs,
+            assembler,
+            format,
+            events: Vec::new(),
+            done: false,
+            guard,
+        }
+    }
+
+    fn frame(&mut self, done: bool) -> Bytes {
+        let len: usize = self.events.iter().map(|e| e.len() + 8).sum::<usize>() + DONE.len();
+        let mut buf = BytesMut::with_capacity(len);
+        for e in self.events.drain(..) {
+            buf.put_slice(b"data: ");
+            buf.put_slice(&e);
+            buf.put_slice(b"\n\n");
+        }
+        if done {
+            buf.put_slice(DONE);
+        }
+        buf.freeze()
+    }
+
+    fn fail(&mut self, err: &GenerateError) -> Bytes {
+        if err.status().is_server_error() {
+            tracing::warn!(format = self.format.name(), code = err.code(), error = %err, "stream failed");
+        } else {
+            tracing::debug!(format = self.format.name(), code = err.code(), error = %err, "stream ended with error");
+        }
+        let ev = self.format.stream_error_event(err);
+        self.events.push(ev);
+        self.done = true;
+        self.guard.tracker.complete(200, err.code());
+        self.frame(true)
+    }
+}
+
+impl Stream for SseBody {
+    type Item = Result<Bytes, Infallible>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        loop {
+            if this.done {
+                return Poll::Ready(None);
+            }
+            match ready!(this.outputs.poll_next_unpin(cx)) {
+                Some((sub, Ok(out))) => {
+                    this.guard.tracker.observe(sub, &out);
+                    if let Err(e) = this.assembler.on_output(sub, out, &mut this.events) {
+                        this.events.clear();
+                        return Poll::Ready(Some(Ok(this.fail(&e))));
+                    }
+                    if !this.events.is_empty() {
+                        return Poll::Ready(Some(Ok(this.frame(false))));
+                    }
+                }
+                Some((_, Err(e))) => {
+                    return Poll::Ready(Some(Ok(this.fail(&GenerateError::from(e)))));
+                }
+                None => {
+                    if let Err(e) = this.assembler.finish_stream(&mut this.events) {
+                        this.events.clear();
+                        return Poll::Ready(Some(Ok(this.fail(&e))));
+                    }
+                    this.done = true;
+                    this.guard.tracker.complete(200, "");
+                    return Poll::Ready(Some(Ok(this.frame(true))));
+                }
+            }
+        }
+    }
+}
