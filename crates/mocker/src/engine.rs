@@ -1,0 +1,295 @@
+//! [`MockEngine`]: the [`Engine`] implementation, its shared state and its counters.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use futures::stream;
+use genfront_protocol::{Engine, EngineError, EngineInfo, EngineRequest, OutputStream};
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::cache::PrefixCache;
+use crate::model::Model;
+use crate::run::Run;
+use crate::validate::validate;
+use crate::{FaultAction, MockConfig, MockConfigError, ScriptedFault};
+
+/// The in-process mock engine. Cheap to clone: clones share the prefix cache, counters and faults.
+///
+/// Timed configurations sleep on the tokio timer, so their streams must be polled inside a tokio
+/// runtime with time enabled; [`MockConfig::zero_delay`] streams arm no timer and run on any
+/// executor.
+#[derive(Debug, Clone)]
+pub struct MockEngine {
+    shared: Arc<Shared>,
+}
+
+/// State shared by the engine and its running streams.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) config: MockConfig,
+    pub(crate) model: Model,
+    pub(crate) cache: PrefixCache,
+    pub(crate) counters: Counters,
+    faults: Mutex<Vec<ScriptedFault>>,
+}
+
+/// Request counters. Invariant: `started = running + completed + aborted + failed`, and
+/// `requests >= rejected + started` (the difference: streams dropped before their first poll).
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    requests: AtomicU64,
+    rejected: AtomicU64,
+    started: AtomicU64,
+    running: AtomicU64,
+    completed: AtomicU64,
+    aborted: AtomicU64,
+    failed: AtomicU64,
+}
+
+/// A snapshot of a [`MockEngine`]'s counters (see the accessor methods for their meaning).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct MockStats {
+    /// `generate` calls.
+    pub requests: u64,
+    /// Requests answered with an `Err` before generating (invalid, or a scripted `error` fault).
+    pub rejected: u64,
+    /// Requests whose generation started (first poll of a valid request).
+    pub started: u64,
+    /// Requests generating now.
+    pub running: u64,
+    /// Requests whose every choice finished normally (EOS, stop, length).
+    pub completed: u64,
+    /// Requests ended by cancellation or by dropping the stream before they finished.
+    pub aborted: u64,
+    /// Requests ended by a scripted mid-stream failure (`Err` item or `FinishReason::Error`).
+    pub failed: u64,
+}
+
+/// How a started request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Completed,
+    Aborted,
+    Failed,
+}
+
+/// RAII accounting for one started request: counts it as running until settled or dropped; a
+/// guard dropped unsettled (the stream was dropped) counts as aborted.
+#[derive(Debug)]
+pub(crate) struct RunGuard {
+    shared: Arc<Shared>,
+    outcome: Outcome,
+}
+
+// === impl MockEngine ===
+
+impl MockEngine {
+    /// An engine for `config`.
+    ///
+    /// # Errors
+    /// [`MockConfigError`] when `config` fails [`MockConfig::validate`].
+    pub fn new(config: MockConfig) -> Result<Self, MockConfigError> {
+        config.validate()?;
+        Ok(Self::build(config))
+    }
+
+    /// An engine with [`MockConfig::zero_delay`]: no timers, for benchmarks and tests.
+    pub fn zero_delay() -> Self {
+        Self::build(MockConfig::zero_delay())
+    }
+
+    fn build(config: MockConfig) -> Self {
+        let info = &config.info;
+        let model = Model::new(
+            info.vocab_size,
+            config.candidates,
+            info.max_logprobs,
+            config.seed,
+            &info.eos_token_ids,
+            config.eos_probability,
+            config.experts,
+        );
+        let cache = PrefixCache::new(config.prefix_cache);
+        let faults = Mutex::new(config.faults.clone());
+        Self {
+            shared: Arc::new(Shared {
+                config,
+                model,
+                cache,
+                counters: Counters::default(),
+                faults,
+            }),
+        }
+    }
+
+    /// The configuration this engine was built from (its `faults` as at construction; see
+    /// [`MockEngine::faults`] for the live list).
+    pub fn config(&self) -> &MockConfig {
+        &self.shared.config
+    }
+
+    /// Model facts (the same as [`Engine::info`]).
+    pub fn info(&self) -> &EngineInfo {
+        &self.shared.config.info
+    }
+
+    /// Whether the engine accepts requests: always `true`.
+    pub fn ready(&self) -> bool {
+        true
+    }
+
+    /// Append a scripted fault; it applies to requests whose `generate` call comes after this.
+    pub fn add_fault(&self, fault: ScriptedFault) {
+        self.lock_faults().push(fault);
+    }
+
+    /// Remove every scripted fault.
+    pub fn clear_faults(&self) {
+        self.lock_faults().clear();
+    }
+
+    /// The scripted faults now in force, in the order they are checked.
+    pub fn faults(&self) -> Vec<ScriptedFault> {
+        self.lock_faults().clone()
+    }
+
+    fn lock_faults(&self) -> std::sync::MutexGuard<'_, Vec<ScriptedFault>> {
+        self.shared
+            .faults
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `generate` calls so far (scripted faults count requests in this order, from 1).
+    pub fn requests(&self) -> u64 {
+        self.shared.counters.requests.load(Ordering::Relaxed)
+    }
+
+    /// Requests answered with an `Err` before generating (invalid, or a scripted `error` fault).
+    pub fn rejected(&self) -> u64 {
+        self.shared.counters.rejected.load(Ordering::Relaxed)
+    }
+
+    /// Requests whose generation started (the first poll of a valid request's stream).
+    pub fn started(&self) -> u64 {
+        self.shared.counters.started.load(Ordering::Relaxed)
+    }
+
+    /// Requests in flight: started and not yet finished, cancelled, failed or dropped.
+    pub fn running(&self) -> u64 {
+        self.shared.counters.running.load(Ordering::Relaxed)
+    }
+
+    /// Requests whose every choice finished normally (EOS, stop token, length). Counted when the
+    /// last finish item is produced.
+    pub fn completed(&self) -> u64 {
+        self.shared.counters.completed.load(Ordering::Relaxed)
+    }
+
+    /// Requests ended by cancellation (counted with the last `Cancelled` item) or by dropping the
+    /// stream before the request finished.
+    pub fn aborted(&self) -> u64 {
+        self.shared.counters.aborted.load(Ordering::Relaxed)
+    }
+
+    /// Requests ended by a scripted mid-stream failure (an `Err` item or `FinishReason::Error`).
+    pub fn failed(&self) -> u64 {
+        self.shared.counters.failed.load(Ordering::Relaxed)
+    }
+
+    /// All counters at once.
+    pub fn stats(&self) -> MockStats {
+        MockStats {
+            requests: self.requests(),
+            rejected: self.rejected(),
+            started: self.started(),
+            running: self.running(),
+            completed: self.completed(),
+            aborted: self.aborted(),
+            failed: self.failed(),
+        }
+    }
+
+    /// Number of blocks now in the prefix cache.
+    pub fn cached_blocks(&self) -> usize {
+        self.shared.cache.len()
+    }
+}
+
+impl Default for MockEngine {
+    /// An engine with [`MockConfig::default`] (realistic timing).
+    fn default() -> Self {
+        Self::build(MockConfig::default())
+    }
+}
+
+impl Engine for MockEngine {
+    fn info(&self) -> &EngineInfo {
+        MockEngine::info(self)
+    }
+
+    fn ready(&self) -> bool {
+        MockEngine::ready(self)
+    }
+
+    /// Validates at once (an invalid request's stream is one `Err`), then generates lazily as the
+    /// stream is polled. See the crate docs for the output shape.
+    fn generate(&self, request: EngineRequest, cancel: CancellationToken) -> OutputStream {
+        let counters = &self.shared.counters;
+        let number = counters.requests.fetch_add(1, Ordering::Relaxed) + 1;
+        let reject = |error: EngineError| -> OutputStream {
+            counters.rejected.fetch_add(1, Ordering::Relaxed);
+            Box::pin(stream::iter([Err(error)]))
+        };
+        if let Err(error) = validate(&self.shared.config.info, &request) {
+            return reject(error);
+        }
+        let fault = self
+            .lock_faults()
+            .iter()
+            .find(|f| f.applies_to(number))
+            .map(|f| f.action.clone());
+        if let Some(FaultAction::Error { kind, message }) = fault {
+            return reject(EngineError::new(kind, message));
+        }
+        Run::new(Arc::clone(&self.shared), request, cancel, fault).into_stream()
+    }
+}
+
+// === impl RunGuard ===
+
+impl RunGuard {
+    /// Count a request as started and running.
+    pub(crate) fn start(shared: &Arc<Shared>) -> Self {
+        let c = &shared.counters;
+        c.started.fetch_add(1, Ordering::Relaxed);
+        c.running.fetch_add(1, Ordering::Relaxed);
+        Self {
+            shared: Arc::clone(shared),
+            outcome: Outcome::Aborted,
+        }
+    }
+
+    /// End the request with `outcome` (dropping the guard unsettled means aborted).
+    pub(crate) fn settle(mut self, outcome: Outcome) {
+        self.outcome = outcome;
+    }
+}
+
+impl Drop for RunGuard {
+    fn drop(&mut self) {
+        let c = &self.shared.counters;
+        let counter = match self.outcome {
+            Outcome::Completed => &c.completed,
+            Outcome::Aborted => &c.aborted,
+            Outcome::Failed => &c.failed,
+        };
+        // Count the outcome first, so `running() == 0` implies the outcome is visible.
+        counter.fetch_add(1, Ordering::Relaxed);
+        c.running.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,421 @@
+//! [`Run`]: the lazily polled state machine behind one request's output stream.
+//!
+//! No task is spawned: the stream computes each item when the consumer polls it, so dropping the
+//! stream stops all work at once and memory stays bounded by one item (plus prompt-sized data).
+//!
+//! Phases: `Start` (count, consult the prefix cache) → `Sleep(TTFT)` → `Boundary` (scripted faults
+//! fire here) → `Emit` (one item per unfinished choice) → `Sleep(ITL)` → `Boundary` → … → `Done`.
+//! Cancellation at any point leads to `Cancel`, which ends every unfinished choice.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::stream;
+use genfront_protocol::{
+    EngineError, EngineOutput, EngineRequest, FinishReason, OutputStream, PromptLogprobs,
+    RoutedExperts, StopMatch, Usage,
+};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::FaultAction;
+use crate::cache::cache_salt;
+use crate::engine::{Outcome, RunGuard, Shared};
+use crate::hash::{combine, tag, unit};
+use crate::model::{Model, Sampler};
+
+/// The `FinishReason::Cancelled` message, as SGLang reports aborts.
+const ABORTED: &str = "Aborted";
+/// Stand-in for "never" when a scaled delay overflows the clock.
+const FAR_FUTURE: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
+
+/// One request in flight.
+pub(crate) struct Run {
+    shared: Arc<Shared>,
+    req: EngineRequest,
+    cancel: CancellationToken,
+    /// A mid-stream fault still to fire.
+    fault: Option<FaultAction>,
+    sampler: Sampler,
+    /// Sorted ids that may not be sampled before `min_tokens` (stop ids, and EOS unless ignored).
+    suppressed: Vec<u32>,
+    /// Sorted stop token ids.
+    stop_ids: Vec<u32>,
+    /// Output tokens allowed per choice.
+    budget: u32,
+    prompt_len: u32,
+    cached: u32,
+    choices: Vec<Choice>,
+    /// Tokens per choice delivered in completed steps.
+    step: u32,
+    /// Next choice to consider in the current step.
+    cursor: usize,
+    phase: Phase,
+    /// When the last timed wait ended (or will end); `None` until the first one.
+    deadline: Option<Instant>,
+    guard: Option<RunGuard>,
+    scratch: Vec<(u64, f64)>,
+    /// Choices that have not had their first item yet.
+    firsts_left: u32,
+    prompt_logprobs: Option<PromptLogprobs>,
+    prompt_experts: Option<RoutedExperts>,
+}
+
+#[derive(Debug)]
+struct Choice {
+    /// Context hash of prompt + this choice's tokens.
+    ctx: u64,
+    /// Key of this choice's sampling stream.
+    sample_key: u64,
+    generated: u32,
+    finished: bool,
+}
+
+#[derive(Debug)]
+enum Phase {
+    Start,
+    Sleep(Duration),
+    Boundary,
+    Emit,
+    Stall,
+    Cancel,
+    FinishError(String),
+    Done,
+}
+
+// === impl Run ===
+
+impl Run {
+    /// Prepare a run for a validated `req`; nothing happens until the stream is polled.
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        req: EngineRequest,
+        cancel: CancellationToken,
+        fault: Option<FaultAction>,
+    ) -> Self {
+        let info = &shared.config.info;
+        let prompt_len = u32::try_from(req.token_ids.len()).unwrap_or(u32::MAX);
+        let room = info.max_context_len.saturating_sub(prompt_len);
+        let budget = req.stop.max_tokens.map_or(room, |m| m.min(room));
+        let mut stop_ids = req.stop.stop_token_ids.clone();
+        stop_ids.sort_unstable();
+        stop_ids.dedup();
+        let mut suppressed = stop_ids.clone();
+        if !req.stop.ignore_eos {
+            suppressed.extend_from_slice(&info.eos_token_ids);
+        }
+        suppressed.sort_unstable();
+        suppressed.dedup();
+        Self {
+            sampler: Sampler::new(&req.sampling),
+            suppressed,
+            stop_ids,
+            budget,
+            prompt_len,
+            cached: 0,
+            choices: Vec::new(),
+            step: 0,
+            cursor: 0,
+            phase: Phase::Start,
+            deadline: None,
+            guard: None,
+            scratch: Vec::new(),
+            firsts_left: req.sampling.n,
+            prompt_logprobs: None,
+            prompt_experts: None,
+            shared,
+            req,
+            cancel,
+            fault,
+        }
+    }
+
+    pub(crate) fn into_stream(self) -> OutputStream {
+        Box::pin(stream::unfold(self, |mut run| async move {
+            let item = run.next_item().await?;
+            Some((item, run))
+        }))
+    }
+
+    async fn next_item(&mut self) -> Option<Result<EngineOutput, EngineError>> {
+        loop {
+            match std::mem::replace(&mut self.phase, Phase::Done) {
+                Phase::Start => self.start(),
+                Phase::Sleep(delay) => {
+                    self.phase = if delay.is_zero() || self.sleep(delay).await {
+                        Phase::Boundary
+                    } else {
+                        Phase::Cancel
+                    };
+                }
+                Phase::Boundary => {
+                    if self.cancel.is_cancelled() {
+                        self.phase = Phase::Cancel;
+                        continue;
+                    }
+                    if let Some(error) = self.boundary() {
+                        self.settle(Outcome::Failed);
+                        return Some(Err(error));
+                    }
+                }
+                Phase::Emit => {
+                    if self.cancel.is_cancelled() {
+                        self.phase = Phase::Cancel;
+                        continue;
+                    }
+                    // Keep a zero-delay stream cooperative with the runtime's scheduler.
+                    tokio::task::consume_budget().await;
+                    if let Some(i) = self.next_unfinished(self.cursor) {
+                        self.cursor = i + 1;
+                        self.phase = Phase::Emit;
+                        let item = self.emit_token(i);
+                        self.settle_if_all_finished(Outcome::Completed);
+                        return Some(Ok(item));
+                    }
+                    self.step += 1;
+                    self.phase = Phase::Sleep(self.shared.config.itl());
+                }
+                Phase::Stall => {
+                    self.cancel.cancelled().await;
+                    self.phase = Phase::Cancel;
+                }
+                Phase::Cancel => {
+                    let reason = FinishReason::Cancelled {
+                        message: ABORTED.to_owned(),
+                    };
+                    return self.end_next_choice(reason, Phase::Cancel, Outcome::Aborted);
+                }
+                Phase::FinishError(message) => {
+                    let reason = FinishReason::Error {
+                        message: message.clone(),
+                    };
+                    let next = Phase::FinishError(message);
+                    return self.end_next_choice(reason, next, Outcome::Failed);
+                }
+                Phase::Done => return None,
+            }
+        }
+    }
+
+    /// First poll: count the request, consult the prefix cache, set up choices, arm the TTFT.
+    fn start(&mut self) {
+        let shared = Arc::clone(&self.shared);
+        self.guard = Some(RunGuard::start(&shared));
+        let routing = &self.req.routing;
+        let salt = cache_salt(routing.cache_salt.as_deref(), routing.lora.as_deref());
+        self.cached = shared.cache.lookup_and_insert(salt, &self.req.token_ids);
+
+        let model = &shared.model;
+        let prompt_ctx = model.context_of(&self.req.token_ids);
+        let seed_key = match self.req.sampling.seed {
+            Some(seed) => combine(combine(shared.config.seed, 1), seed),
+            None => combine(combine(shared.config.seed, 0), prompt_ctx),
+        };
+        self.choices = (0..self.req.sampling.n)
+            .map(|i| Choice {
+                ctx: prompt_ctx,
+                sample_key: combine(combine(seed_key, u64::from(i)), tag::SAMPLE),
+                generated: 0,
+                finished: false,
+            })
+            .collect();
+        let uncached = self.prompt_len - self.cached;
+        self.phase = Phase::Sleep(shared.config.ttft(uncached));
+    }
+
+    /// Sleep until `delay` after the previous deadline (or now, for the first), so that step
+    /// timing does not drift with processing time or timer granularity; `false` when cancelled
+    /// first.
+    async fn sleep(&mut self, delay: Duration) -> bool {
+        let base = self.deadline.unwrap_or_else(Instant::now);
+        let deadline = base
+            .checked_add(delay)
+            .unwrap_or_else(|| Instant::now() + FAR_FUTURE);
+        self.deadline = Some(deadline);
+        tokio::select! {
+            biased;
+            () = self.cancel.cancelled() => false,
+            () = tokio::time::sleep_until(deadline) => true,
+        }
+    }
+
+    /// At a step boundary: fire a due scripted fault, or go on emitting. Returns the error to
+    /// yield for a `FailAfter` fault.
+    fn boundary(&mut self) -> Option<EngineError> {
+        let due = match &self.fault {
+            Some(
+                FaultAction::FailAfter { tokens, .. }
+                | FaultAction::StallAfter { tokens }
+                | FaultAction::FinishError { tokens, .. },
+            ) => *tokens == self.step,
+            _ => false,
+        };
+        self.cursor = 0;
+        self.phase = Phase::Emit;
+        if !due {
+            return None;
+        }
+        match self.fault.take() {
+            Some(FaultAction::FailAfter { kind, message, .. }) => {
+                self.phase = Phase::Done;
+                Some(EngineError::new(kind, message))
+            }
+            Some(FaultAction::StallAfter { .. }) => {
+                self.phase = Phase::Stall;
+                None
+            }
+            Some(FaultAction::FinishError { message, .. }) => {
+                self.phase = Phase::FinishError(message);
+                None
+            }
+            Some(FaultAction::Error { .. }) | None => None,
+        }
+    }
+
+    fn next_unfinished(&self, from: usize) -> Option<usize> {
+        (from..self.choices.len()).find(|&i| !self.choices[i].finished)
+    }
+
+    fn usage(&self, i: usize) -> Usage {
+        usage(self.prompt_len, self.cached, self.choices[i].generated)
+    }
+
+    /// Produce choice `i`'s item for this step: one new token (or, for a prefill-only request, none)
+    /// with everything that was asked for.
+    fn emit_token(&mut self, i: usize) -> EngineOutput {
+        let mut out = EngineOutput {
+            index: u32::try_from(i).unwrap_or(u32::MAX),
+            ..EngineOutput::default()
+        };
+        let first = self.choices[i].generated == 0;
+        if first {
+            self.attach_prompt_outputs(&mut out);
+        }
+        // Field-wise borrows from here on: no per-token reference counting or cloning.
+        let model = &self.shared.model;
+        let opts = &self.req.output;
+        let stop = &self.req.stop;
+        let choice = &mut self.choices[i];
+        if self.budget == 0 {
+            choice.finished = true;
+            out.finish_reason = Some(FinishReason::Length { length: 0 });
+            out.usage = Some(usage(self.prompt_len, self.cached, 0));
+            return out;
+        }
+
+        let dist = model.dist(choice.ctx);
+        let constrained = choice.generated < stop.min_tokens;
+        let suppressed: &[u32] = if constrained { &self.suppressed } else { &[] };
+        let u = unit(combine(choice.sample_key, u64::from(choice.generated)));
+        let draw = model.sample(
+            &dist,
+            &self.sampler,
+            u,
+            suppressed,
+            opts.sampling_mask,
+            &mut self.scratch,
+        );
+        let token = draw.token;
+        if let Some(k) = opts.logprobs {
+            out.logprobs = Some(vec![dist.token_logprob(token, k, &opts.token_ids_logprobs)]);
+        }
+        out.sampling_mask = draw.support.map(|support| vec![support]);
+        if opts.routed_experts && !first {
+            // The forward pass that produced this token ran on the previous token.
+            let mut rows = model.experts_block(1);
+            model.push_expert_row(choice.ctx, &mut rows);
+            out.routed_experts = Some(rows);
+        }
+        choice.ctx = Model::extend(choice.ctx, token);
+        choice.generated += 1;
+        out.token_ids = vec![token];
+
+        // Before `min_tokens` only the budget can end a choice.
+        let eos = !stop.ignore_eos && self.shared.config.info.eos_token_ids.contains(&token);
+        let stop_id = self.stop_ids.binary_search(&token).is_ok();
+        out.finish_reason = if eos && !constrained {
+            Some(FinishReason::Eos { token_id: token })
+        } else if stop_id && !constrained {
+            Some(FinishReason::Stop {
+                matched: StopMatch::TokenId(token),
+            })
+        } else if choice.generated >= self.budget {
+            Some(FinishReason::Length {
+                length: choice.generated,
+            })
+        } else {
+            None
+        };
+        choice.finished = out.finish_reason.is_some();
+        out.usage = Some(usage(self.prompt_len, self.cached, choice.generated));
+        out
+    }
+
+    /// Attach what a choice's first item carries about the prompt (prompt logprobs, prompt expert
+    /// rows). Each is computed once per request and moved into the last choice that needs it.
+    fn attach_prompt_outputs(&mut self, out: &mut EngineOutput) {
+        self.firsts_left = self.firsts_left.saturating_sub(1);
+        let last = self.firsts_left == 0;
+        let model = &self.shared.model;
+        let prompt = &self.req.token_ids;
+        let opts = &self.req.output;
+        if let Some(p) = &opts.prompt_logprobs {
+            let slot = &mut self.prompt_logprobs;
+            slot.get_or_insert_with(|| {
+                model.prompt_logprobs(prompt, p.start, p.top_k, &opts.token_ids_logprobs)
+            });
+            out.prompt_logprobs = if last { slot.take() } else { slot.clone() };
+        }
+        if opts.routed_experts {
+            let slot = &mut self.prompt_experts;
+            slot.get_or_insert_with(|| model.prompt_experts(prompt, opts.routed_experts_start));
+            out.routed_experts = if last { slot.take() } else { slot.clone() };
+        }
+    }
+
+    /// End the next unfinished choice with `reason` (no new tokens), staying in `phase` while
+    /// others remain; the last one settles the request as `outcome`.
+    fn end_next_choice(
+        &mut self,
+        reason: FinishReason,
+        phase: Phase,
+        outcome: Outcome,
+    ) -> Option<Result<EngineOutput, EngineError>> {
+        let Some(i) = self.next_unfinished(0) else {
+            self.settle(outcome);
+            return None;
+        };
+        self.choices[i].finished = true;
+        self.phase = phase;
+        let item = EngineOutput {
+            index: u32::try_from(i).unwrap_or(u32::MAX),
+            finish_reason: Some(reason),
+            usage: Some(self.usage(i)),
+            ..EngineOutput::default()
+        };
+        self.settle_if_all_finished(outcome);
+        Some(Ok(item))
+    }
+
+    fn settle_if_all_finished(&mut self, outcome: Outcome) {
+        if self.choices.iter().all(|c| c.finished) {
+            self.settle(outcome);
+        }
+    }
+
+    /// Record how the request ended and stop producing items.
+    fn settle(&mut self, outcome: Outcome) {
+        self.phase = Phase::Done;
+        if let Some(guard) = self.guard.take() {
+            guard.settle(outcome);
+        }
+    }
+}
+
+fn usage(prompt_tokens: u32, cached_tokens: u32, completion_tokens: u32) -> Usage {
+    Usage {
+        prompt_tokens,
+        completion_tokens,
+        cached_tokens,
+    }
+}
