@@ -20,7 +20,10 @@ pub struct MockConfig {
     pub ttft_base: Duration,
     /// Extra time to first token per *uncached* prompt token (before [`Self::speedup`]).
     pub ttft_per_prompt_token: Duration,
-    /// Time between two decode steps (before [`Self::speedup`]).
+    /// Time between two decode steps (before [`Self::speedup`]). Steps run on deadlines (the
+    /// previous one plus this), so timing does not drift, and a consumer that polls late gets the
+    /// tokens already due at once, as from a real engine's buffered output. tokio's timer rounds
+    /// deadlines up to whole milliseconds.
     pub inter_token_latency: Duration,
     /// Divisor applied to every delay (`--mock-speedup`); finite and `> 0`. `2.0` runs twice as
     /// fast.

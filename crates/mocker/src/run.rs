@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use futures::stream;
 use genfront_protocol::{
-    EngineError, EngineOutput, EngineRequest, FinishReason, OutputStream, PromptLogprobs,
-    RoutedExperts, StopMatch, Usage,
+    EngineError, EngineOutput, EngineRequest, FinishReason, NativeBody, OutputStream,
+    PromptLogprobs, RoutedExperts, StopMatch, Usage,
 };
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -89,10 +89,13 @@ impl Run {
     /// Prepare a run for a validated `req`; nothing happens until the stream is polled.
     pub(crate) fn new(
         shared: Arc<Shared>,
-        req: EngineRequest,
+        mut req: EngineRequest,
         cancel: CancellationToken,
         fault: Option<FaultAction>,
     ) -> Self {
+        // The native body is for engine clients that re-encode it; don't hold it for the stream.
+        req.native = NativeBody::default();
+        req.handoff = None;
         let info = &shared.config.info;
         let prompt_len = u32::try_from(req.token_ids.len()).unwrap_or(u32::MAX);
         let room = info.max_context_len.saturating_sub(prompt_len);
