@@ -1,1 +1,184 @@
-//! genfront: SGLang native format.
+//! genfront's **SGLang format**: SGLang's native token-in/token-out `POST /generate` API
+//! (`spec/sglang-native.md`), served through the shared handler.
+//!
+//! This crate owns, for that route: parsing and validating the body exactly as SGLang's
+//! `GenerateReqInput` / `TokenizerManager` / `SamplingParams` do (same order, same messages, same
+//! status codes), batch and parallel-sampling (`n > 1`) expansion, the projection of each item to
+//! an [`EngineRequest`](genfront_protocol::EngineRequest) with its lossless native body, the
+//! assembly of engine deltas into SGLang's unary body or cumulative/incremental SSE chunks, SGLang's
+//! error envelopes, and `POST /abort_request`.
+//!
+//! genfront has no tokenizer, so answers have SGLang's `--skip-tokenizer-init` shape: no `text`
+//! key, `null` text slots in logprob triples, and `text` prompts are refused (token-in only).
+//!
+//! Start reading at [`SglangFormat`]; the request rules live in `request.rs`, `item.rs` and
+//! `sampling.rs`, the response rules in `assemble.rs`.
+
+mod abort;
+mod assemble;
+mod errors;
+mod item;
+mod json;
+mod pyfmt;
+mod render;
+mod request;
+mod sampling;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use genfront_format::{
+    AbortRoute, AuxKind, AuxRoute, CatalogEntry, FormatSettings, GenerateError, GenerateFormat,
+    NativeResponse, ParseInput, Prepared, Rejection, SubRequest,
+};
+use genfront_protocol::EngineInfo;
+use http::{Method, StatusCode};
+
+pub use abort::parse_abort;
+pub use item::{EMBEDS_UNSUPPORTED, TEXT_UNSUPPORTED};
+
+use crate::assemble::{Mode, SglangAssembler};
+
+/// The format's catalog name (also [`genfront_protocol::NativeBody::format`]).
+pub const FORMAT_NAME: &str = "sglang";
+
+/// SGLang's native `/generate` path.
+pub const NATIVE_PATH: &str = "/generate";
+
+/// SGLang's abort path.
+pub const ABORT_PATH: &str = "/abort_request";
+
+static METHODS: [Method; 2] = [Method::POST, Method::PUT];
+
+/// The catalog entry: name `sglang`, native path `/generate`, `POST` and `PUT` (the newest SGLang
+/// server accepts both) on the native path and when selected for `/generate`.
+pub const CATALOG_ENTRY: CatalogEntry = CatalogEntry {
+    name: FORMAT_NAME,
+    aliases: &[],
+    native_path: NATIVE_PATH,
+    native_methods: &METHODS,
+    generate_methods: &METHODS,
+    build,
+};
+
+fn build(settings: &FormatSettings) -> Arc<dyn GenerateFormat> {
+    Arc::new(SglangFormat::new(settings))
+}
+
+/// SGLang's auxiliary `GET` routes: model info (`/get_model_info`, deprecated, and `/model_info`)
+/// and the generation health probe (`/health_generate`).
+static AUX_ROUTES: [AuxRoute; 3] = [
+    AuxRoute {
+        path: "/model_info",
+        kind: AuxKind::ModelInfo(model_info),
+    },
+    AuxRoute {
+        path: "/get_model_info",
+        kind: AuxKind::ModelInfo(model_info),
+    },
+    AuxRoute {
+        path: "/health_generate",
+        kind: AuxKind::GenerateProbe,
+    },
+];
+
+/// SGLang's `/model_info` body (`spec/sglang-native.md` §12.2) for the served model. Facts the
+/// engine contract does not carry (`model_type`, `architectures`) are `null`.
+fn model_info(info: &EngineInfo) -> NativeResponse {
+    let body = serde_json::json!({
+        "model_path": info.model,
+        "tokenizer_path": info.model,
+        "is_generation": true,
+        "preferred_sampling_params": null,
+        "weight_version": "default",
+        "has_image_understanding": false,
+        "has_audio_understanding": false,
+        "model_type": null,
+        "architectures": null,
+    });
+    NativeResponse::json(
+        StatusCode::OK,
+        Bytes::from(serde_json::to_vec(&body).unwrap_or_default()),
+    )
+}
+
+/// The SGLang `/generate` format.
+///
+/// One instance serves every request of its routes. `incremental_streaming` selects SGLang's
+/// `--incremental-streaming-output` mode (each SSE chunk carries only the new output items)
+/// instead of the default cumulative mode (each chunk carries everything so far).
+#[derive(Debug, Clone, Default)]
+pub struct SglangFormat {
+    incremental_streaming: bool,
+}
+
+impl SglangFormat {
+    /// A format configured from the frontend's settings.
+    pub fn new(settings: &FormatSettings) -> Self {
+        Self {
+            incremental_streaming: settings.incremental_streaming,
+        }
+    }
+}
+
+impl GenerateFormat for SglangFormat {
+    fn name(&self) -> &'static str {
+        FORMAT_NAME
+    }
+
+    /// Validate like SGLang (pydantic types → 400 flat envelope; `ValueError`s → 400
+    /// `{"error":{"message"}}`, or a 200 SSE error event for `stream: true`), then project one
+    /// [`SubRequest`] per engine request: batch items × `n`, batch-major, each with `sampling.n = 1`
+    /// and its client-visible rid as the abort key (SGLang's abort matches rid prefixes).
+    fn prepare(&self, input: ParseInput<'_>) -> Result<Prepared, Rejection> {
+        let req = request::parse(&input)?;
+        let mode = match (req.stream, self.incremental_streaming) {
+            (false, _) => Mode::Unary,
+            (true, false) => Mode::Cumulative,
+            (true, true) => Mode::Incremental,
+        };
+        let mut subs = Vec::with_capacity(req.items.len());
+        let mut configs = Vec::with_capacity(req.items.len());
+        for item in req.items {
+            let (request, config) = item.project();
+            subs.push(SubRequest {
+                abort_key: config.rid.clone(),
+                request,
+            });
+            configs.push(config);
+        }
+        Ok(Prepared {
+            client_id: req.client_id,
+            stream: req.stream,
+            subs,
+            assembler: Box::new(SglangAssembler::new(mode, !req.is_single, configs)),
+        })
+    }
+
+    fn error_response(&self, error: &GenerateError, stream: bool) -> NativeResponse {
+        errors::error_response(error, stream)
+    }
+
+    fn stream_error_event(&self, error: &GenerateError) -> Bytes {
+        errors::stream_event(error)
+    }
+
+    fn abort_route(&self) -> Option<AbortRoute> {
+        Some(abort_route())
+    }
+
+    fn aux_routes(&self) -> &'static [AuxRoute] {
+        &AUX_ROUTES
+    }
+}
+
+/// SGLang's `POST /abort_request` route: `{"rid": str, "abort_all": bool}` →
+/// [`AbortSelector::Prefix`](genfront_format::AbortSelector::Prefix) /
+/// [`All`](genfront_format::AbortSelector::All) /
+/// [`Nothing`](genfront_format::AbortSelector::Nothing) (empty rid without `abort_all`).
+pub fn abort_route() -> AbortRoute {
+    AbortRoute {
+        path: ABORT_PATH,
+        parse: parse_abort,
+    }
+}

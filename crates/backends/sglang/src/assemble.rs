@@ -1,0 +1,460 @@
+//! The per-request [`Assembler`]: engine deltas → SGLang's unary body or SSE chunks
+//! (`spec/sglang-native.md` §6–§9; `TokenizerManager._handle_batch_output` and
+//! `add_logprob_to_meta_info`).
+//!
+//! Every token's data (id, logprob triple, top/selected candidates, mask) is rendered to JSON once,
+//! into per-sub-request byte buffers. A cumulative SSE chunk (SGLang's default mode) copies those
+//! buffers; an incremental chunk copies only the part added by the current delta. Each chunk is one
+//! allocation, handed over as [`Bytes`] without another copy.
+
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use bytes::Bytes;
+use genfront_format::{Assembler, GenerateError, NativeResponse};
+use genfront_protocol::{EngineError, EngineOutput, ErrorKind, FinishReason, Usage};
+use http::StatusCode;
+use serde_json::Value;
+
+use crate::json::Obj;
+use crate::render;
+
+/// What the assembler needs to know about one engine request.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SubConfig {
+    /// Client-visible id (`meta_info.id`).
+    pub rid: String,
+    /// Prompt length.
+    pub prompt_len: u32,
+    /// Prompt ids, kept only when needed (prompt logprobs or `return_prompt_token_ids`).
+    pub prompt: Vec<u32>,
+    /// `return_logprob`.
+    pub return_logprob: bool,
+    /// `top_logprobs_num > 0` (adds `*_top_logprobs`).
+    pub top_logprobs: bool,
+    /// `token_ids_logprob` set (adds `*_token_ids_logprobs`).
+    pub token_ids_logprob: bool,
+    /// `return_sampling_mask`.
+    pub sampling_mask: bool,
+    /// `return_routed_experts`.
+    pub routed_experts: bool,
+    /// `routed_experts_start_len`.
+    pub routed_experts_start: u32,
+    /// `return_prompt_token_ids`.
+    pub return_prompt_token_ids: bool,
+}
+
+/// How the answer is delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// One JSON body at the end.
+    Unary,
+    /// SSE, each chunk carrying everything so far (SGLang's default).
+    Cumulative,
+    /// SSE, each chunk carrying only the new output items (`--incremental-streaming-output`).
+    Incremental,
+}
+
+/// A list rendered as comma-separated JSON items, with an item count.
+#[derive(Debug, Default)]
+struct Rendered {
+    items: Vec<u8>,
+    count: usize,
+}
+
+/// Where the current delta starts in each output-side buffer (for incremental chunks).
+#[derive(Debug, Default, Clone, Copy)]
+struct Marks {
+    ids: usize,
+    lp: usize,
+    top: usize,
+    tid: usize,
+}
+
+/// The part of a rendered list from `mark` on (all of it for `None`), without the separator that
+/// joined it to the earlier items.
+fn out(items: &[u8], mark: Option<usize>) -> &[u8] {
+    let tail = items.get(mark.unwrap_or(0)..).unwrap_or_default();
+    tail.strip_prefix(b",").unwrap_or(tail)
+}
+
+/// Accumulated state of one engine request.
+#[derive(Debug, Default)]
+struct Sub {
+    cfg: SubConfig,
+    output_ids: Rendered,
+    out_lp: Rendered,
+    out_top: Vec<u8>,
+    out_tid: Vec<u8>,
+    in_lp: Vec<u8>,
+    in_top: Vec<u8>,
+    in_tid: Vec<u8>,
+    mask: Rendered,
+    mask_seen: bool,
+    experts: Option<(u32, u32, Vec<i32>)>,
+    usage: Option<Usage>,
+    finish: Option<FinishReason>,
+    e2e_latency: f64,
+    weight_version: Option<Value>,
+    num_retractions: Option<Value>,
+    reasoning_tokens: Option<Value>,
+    extra_meta: Obj,
+    sent_first: bool,
+}
+
+/// Keys of `meta_info` genfront computes itself; the engine's native frame cannot override them.
+const OWNED_META_KEYS: &[&str] = &[
+    "id",
+    "finish_reason",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "input_token_logprobs",
+    "output_token_logprobs",
+    "output_token_logprobs_length",
+    "input_top_logprobs",
+    "output_top_logprobs",
+    "input_token_ids_logprobs",
+    "output_token_ids_logprobs",
+    "output_token_sampling_mask",
+    "output_token_sampling_mask_length",
+    "routed_experts",
+    "routed_experts_start_len",
+    "e2e_latency",
+    "response_sent_to_client_ts",
+];
+
+/// Turns engine deltas into SGLang's native answer.
+#[derive(Debug)]
+pub(crate) struct SglangAssembler {
+    mode: Mode,
+    /// A batch or `n > 1` request: unary answers are arrays, stream chunks carry `"index"`.
+    batch: bool,
+    started: Instant,
+    subs: Vec<Sub>,
+    /// Size of the last chunk, to size the next one's buffer.
+    last_len: usize,
+}
+
+fn contract(message: impl Into<String>) -> GenerateError {
+    GenerateError::Engine(EngineError::internal(message))
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+impl SglangAssembler {
+    /// An assembler for `configs` (one per engine request, in `Prepared::subs` order).
+    pub(crate) fn new(mode: Mode, batch: bool, configs: Vec<SubConfig>) -> Self {
+        Self {
+            mode,
+            batch,
+            started: Instant::now(),
+            subs: configs
+                .into_iter()
+                .map(|cfg| Sub {
+                    cfg,
+                    ..Sub::default()
+                })
+                .collect(),
+            last_len: 256,
+        }
+    }
+
+    /// Write the item object of sub `i`. `marks` selects the incremental slices of the output-side
+    /// lists (`None`: everything so far).
+    fn write_item(&self, buf: &mut Vec<u8>, i: usize, marks: Option<Marks>, sent_ts: Option<f64>) {
+        let Some(s) = self.subs.get(i) else {
+            return;
+        };
+        let c = &s.cfg;
+        buf.extend_from_slice(b"{\"output_ids\":");
+        render::list(buf, out(&s.output_ids.items, marks.map(|m| m.ids)));
+        buf.extend_from_slice(b",\"meta_info\":{\"id\":");
+        render::json(buf, c.rid.as_str());
+        buf.extend_from_slice(b",\"finish_reason\":");
+        render::finish_reason(buf, s.finish.as_ref());
+        let usage = s.usage.unwrap_or(Usage {
+            prompt_tokens: c.prompt_len,
+            completion_tokens: u32::try_from(s.output_ids.count).unwrap_or(u32::MAX),
+            cached_tokens: 0,
+        });
+        buf.extend_from_slice(b",\"prompt_tokens\":");
+        render::u32(buf, usage.prompt_tokens);
+        buf.extend_from_slice(b",\"weight_version\":");
+        match &s.weight_version {
+            Some(v) => render::json(buf, v),
+            None => buf.extend_from_slice(b"\"default\""),
+        }
+        buf.extend_from_slice(b",\"num_retractions\":");
+        match &s.num_retractions {
+            Some(v) => render::json(buf, v),
+            None => buf.push(b'0'),
+        }
+        if c.return_logprob {
+            buf.extend_from_slice(b",\"input_token_logprobs\":");
+            render::list(buf, &s.in_lp);
+            buf.extend_from_slice(b",\"output_token_logprobs\":");
+            render::list(buf, out(&s.out_lp.items, marks.map(|m| m.lp)));
+            buf.extend_from_slice(b",\"output_token_logprobs_length\":");
+            render::json(buf, &s.out_lp.count);
+            if c.top_logprobs {
+                buf.extend_from_slice(b",\"input_top_logprobs\":");
+                render::list(buf, &s.in_top);
+                buf.extend_from_slice(b",\"output_top_logprobs\":");
+                render::list(buf, out(&s.out_top, marks.map(|m| m.top)));
+            }
+            if c.token_ids_logprob {
+                buf.extend_from_slice(b",\"input_token_ids_logprobs\":");
+                render::list(buf, &s.in_tid);
+                buf.extend_from_slice(b",\"output_token_ids_logprobs\":");
+                render::list(buf, out(&s.out_tid, marks.map(|m| m.tid)));
+            }
+        }
+        if c.sampling_mask && s.mask_seen {
+            // Cumulative in both streaming modes (SGLang slices only the logprob lists).
+            buf.extend_from_slice(b",\"output_token_sampling_mask\":");
+            render::list(buf, &s.mask.items);
+            buf.extend_from_slice(b",\"output_token_sampling_mask_length\":");
+            render::json(buf, &s.mask.count);
+        }
+        buf.extend_from_slice(b",\"reasoning_tokens\":");
+        match &s.reasoning_tokens {
+            Some(v) => render::json(buf, v),
+            None => buf.push(b'0'),
+        }
+        buf.extend_from_slice(b",\"completion_tokens\":");
+        render::u32(buf, usage.completion_tokens);
+        buf.extend_from_slice(b",\"cached_tokens\":");
+        render::u32(buf, usage.cached_tokens);
+        for (k, v) in &s.extra_meta {
+            buf.push(b',');
+            render::json(buf, k.as_str());
+            buf.push(b':');
+            render::json(buf, v);
+        }
+        if s.finish.is_some() {
+            if c.routed_experts
+                && let Some((_, _, ids)) = &s.experts
+            {
+                let mut raw = Vec::with_capacity(ids.len() * 4);
+                for id in ids {
+                    raw.extend_from_slice(&id.to_le_bytes());
+                }
+                buf.extend_from_slice(b",\"routed_experts\":\"");
+                buf.extend_from_slice(
+                    base64::engine::general_purpose::STANDARD
+                        .encode(raw)
+                        .as_bytes(),
+                );
+                buf.push(b'"');
+                if c.routed_experts_start > 0 {
+                    buf.extend_from_slice(b",\"routed_experts_start_len\":");
+                    render::u32(buf, c.routed_experts_start);
+                }
+            }
+            buf.extend_from_slice(b",\"e2e_latency\":");
+            render::f64(buf, s.e2e_latency);
+        }
+        if let Some(ts) = sent_ts {
+            buf.extend_from_slice(b",\"response_sent_to_client_ts\":");
+            render::f64(buf, ts);
+        }
+        buf.push(b'}');
+        if c.return_prompt_token_ids {
+            buf.extend_from_slice(b",\"prompt_token_ids\":[");
+            for (j, id) in c.prompt.iter().enumerate() {
+                if j > 0 {
+                    buf.push(b',');
+                }
+                render::u32(buf, *id);
+            }
+            buf.push(b']');
+        }
+        if self.batch && self.mode != Mode::Unary {
+            buf.extend_from_slice(b",\"index\":");
+            render::json(buf, &i);
+        }
+        buf.push(b'}');
+    }
+
+    /// Fold one delta into sub `i`'s state; returns where the delta starts in the output buffers.
+    fn absorb(&mut self, i: usize, output: EngineOutput) -> Result<Marks, GenerateError> {
+        let started = self.started;
+        let Some(s) = self.subs.get_mut(i) else {
+            return Err(GenerateError::Internal(format!(
+                "engine output for unknown sub-request {i}"
+            )));
+        };
+        if s.finish.is_some() {
+            return Err(contract(format!(
+                "engine output for sub-request {i} after its finish reason"
+            )));
+        }
+        let c = &s.cfg;
+        let marks = Marks {
+            ids: s.output_ids.items.len(),
+            lp: s.out_lp.items.len(),
+            top: s.out_top.len(),
+            tid: s.out_tid.len(),
+        };
+        for id in &output.token_ids {
+            render::sep(&mut s.output_ids.items);
+            render::u32(&mut s.output_ids.items, *id);
+        }
+        s.output_ids.count += output.token_ids.len();
+        if c.return_logprob && !output.token_ids.is_empty() {
+            let lps = output.logprobs.as_deref().unwrap_or_default();
+            if lps.len() != output.token_ids.len() {
+                return Err(contract(format!(
+                    "engine sent {} logprobs for {} tokens",
+                    lps.len(),
+                    output.token_ids.len()
+                )));
+            }
+            for (lp, id) in lps.iter().zip(&output.token_ids) {
+                render::position(
+                    (&mut s.out_lp.items, &mut s.out_top, &mut s.out_tid),
+                    Some(lp),
+                    *id,
+                    c.top_logprobs,
+                    c.token_ids_logprob,
+                );
+            }
+            s.out_lp.count += lps.len();
+        }
+        if c.return_logprob
+            && let Some(prompt) = &output.prompt_logprobs
+        {
+            for (j, entry) in prompt.entries.iter().enumerate() {
+                let pos = (prompt.start as usize).saturating_add(j);
+                let fallback = c.prompt.get(pos).copied().unwrap_or_default();
+                render::position(
+                    (&mut s.in_lp, &mut s.in_top, &mut s.in_tid),
+                    entry.as_ref(),
+                    fallback,
+                    c.top_logprobs,
+                    c.token_ids_logprob,
+                );
+            }
+        }
+        if c.sampling_mask
+            && let Some(masks) = &output.sampling_mask
+        {
+            s.mask_seen = true;
+            for set in masks {
+                render::sep(&mut s.mask.items);
+                render::json(&mut s.mask.items, set);
+            }
+            s.mask.count += masks.len();
+        }
+        if c.routed_experts
+            && let Some(re) = output.routed_experts
+        {
+            match &mut s.experts {
+                Some((_, _, ids)) => ids.extend_from_slice(&re.ids),
+                None => s.experts = Some((re.num_layers, re.top_k, re.ids)),
+            }
+        }
+        if let Some(usage) = output.usage {
+            s.usage = Some(usage);
+        }
+        if let Some(Value::Object(frame)) = &output.engine_data
+            && let Some(Value::Object(meta)) = frame.get("meta_info")
+        {
+            for (k, v) in meta {
+                match k.as_str() {
+                    "weight_version" => s.weight_version = Some(v.clone()),
+                    "num_retractions" | "total_retractions" => s.num_retractions = Some(v.clone()),
+                    "reasoning_tokens" => s.reasoning_tokens = Some(v.clone()),
+                    k if OWNED_META_KEYS.contains(&k) => {}
+                    _ => {
+                        s.extra_meta.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        if let Some(reason) = output.finish_reason {
+            s.e2e_latency = started.elapsed().as_secs_f64();
+            s.finish = Some(reason);
+        }
+        Ok(marks)
+    }
+
+    /// The failure of a sub that finished with an engine error, if any.
+    fn failed(&self) -> Option<GenerateError> {
+        self.subs.iter().find_map(|s| match &s.finish {
+            Some(FinishReason::Error { message }) => Some(contract(message.clone())),
+            _ => None,
+        })
+    }
+
+    fn check_complete(&self) -> Result<(), GenerateError> {
+        if let Some(e) = self.failed() {
+            return Err(e);
+        }
+        if self.subs.iter().any(|s| s.finish.is_none()) {
+            return Err(GenerateError::Engine(EngineError::new(
+                ErrorKind::StreamIncomplete,
+                "engine stream ended before a finish reason",
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Assembler for SglangAssembler {
+    fn on_output(
+        &mut self,
+        sub: usize,
+        output: EngineOutput,
+        events: &mut Vec<Bytes>,
+    ) -> Result<(), GenerateError> {
+        let marks = self.absorb(sub, output)?;
+        if let Some(Some(FinishReason::Error { message })) = self.subs.get(sub).map(|s| &s.finish) {
+            return Err(contract(message.clone()));
+        }
+        if self.mode == Mode::Unary {
+            return Ok(());
+        }
+        let sent_ts = match self.subs.get_mut(sub) {
+            Some(s) if !s.sent_first => {
+                s.sent_first = true;
+                Some(unix_now())
+            }
+            _ => None,
+        };
+        let marks = (self.mode == Mode::Incremental).then_some(marks);
+        let mut buf = Vec::with_capacity(self.last_len + 64);
+        self.write_item(&mut buf, sub, marks, sent_ts);
+        self.last_len = buf.len();
+        events.push(Bytes::from(buf));
+        Ok(())
+    }
+
+    fn finish_stream(&mut self, _events: &mut Vec<Bytes>) -> Result<(), GenerateError> {
+        self.check_complete()
+    }
+
+    fn finish_unary(self: Box<Self>) -> Result<NativeResponse, GenerateError> {
+        self.check_complete()?;
+        let ts = unix_now();
+        let mut buf = Vec::with_capacity(self.last_len.max(256));
+        if self.batch {
+            buf.push(b'[');
+            for i in 0..self.subs.len() {
+                if i > 0 {
+                    buf.push(b',');
+                }
+                self.write_item(&mut buf, i, None, Some(ts));
+            }
+            buf.push(b']');
+        } else {
+            self.write_item(&mut buf, 0, None, Some(ts));
+        }
+        Ok(NativeResponse::json(StatusCode::OK, Bytes::from(buf)))
+    }
+}

@@ -1,0 +1,463 @@
+//! One engine request of a `/generate` call: SGLang's per-request checks
+//! (`TokenizerManager._tokenize_one_request`, `_validate_one_request`, `SamplingParams.verify`),
+//! the item's native body, and its projection to an [`EngineRequest`].
+
+use genfront_format::GenerateError;
+use genfront_protocol::{
+    EngineInfo, EngineRequest, NativeBody, OutputOptions, PromptLogprobOptions, RoutingHints,
+    SamplingOptions, StopConditions,
+};
+use serde_json::{Number, Value};
+
+use crate::FORMAT_NAME;
+use crate::assemble::SubConfig;
+use crate::json::{Obj, number_to_int};
+use crate::pyfmt::{PyNum, int_list_repr};
+use crate::request::{Fields, InputKind, Row, fresh_rid};
+use crate::sampling::SamplingParams;
+
+/// genfront's answer to a `text` prompt (SGLang with `--skip-tokenizer-init` says "The engine
+/// initialized with skip_tokenizer_init=True cannot accept text prompts…").
+pub const TEXT_UNSUPPORTED: &str = "genfront is token-in only: this server has no tokenizer configured, so it cannot accept text prompts. Please provide input_ids (token ids) instead of text, or configure a tokenizer.";
+/// genfront's answer to an `input_embeds` prompt.
+pub const EMBEDS_UNSUPPORTED: &str = "input_embeds is not supported: genfront is token-in only and its engines take token ids. Please provide input_ids instead.";
+
+/// Everything of one engine request except its native body.
+#[derive(Debug, Clone)]
+pub(crate) struct ItemSpec {
+    /// Index of the prompt in the batch.
+    pub b: usize,
+    /// Client-visible id (`meta_info.id`, abort key).
+    pub rid: String,
+    /// Whether the client sent `rid` (then the item body carries the item's rid).
+    pub body_rid: bool,
+    /// Whether `n > 1` fanned this prompt out (then the item body says `n: 1`).
+    pub fanned_out: bool,
+    /// Prompt token ids (validated `< vocab_size`).
+    pub token_ids: Vec<u32>,
+    /// Typed `sampling_params` of the item.
+    pub sampling: SamplingParams,
+    /// `return_logprob`.
+    pub return_logprob: bool,
+    /// `logprob_start_len` (`-1` = output only).
+    pub logprob_start_len: i64,
+    /// `top_logprobs_num`.
+    pub top_logprobs_num: u32,
+    /// `token_ids_logprob` after SGLang's normalization (`[]` and `null` → `None`).
+    pub token_ids_logprob: Option<Vec<u32>>,
+    /// `return_sampling_mask`.
+    pub return_sampling_mask: bool,
+    /// `return_routed_experts`.
+    pub routed_experts: bool,
+    /// `routed_experts_start_len`.
+    pub routed_experts_start: u32,
+    /// `return_prompt_token_ids`.
+    pub return_prompt_token_ids: bool,
+    /// Routing hints read from the body (the DP-rank header is applied in [`build`]).
+    pub routing: RoutingHints,
+}
+
+/// A validated engine request with its native body.
+#[derive(Debug, Clone)]
+pub(crate) struct Item {
+    /// The validated fields.
+    pub spec: ItemSpec,
+    /// The item's native body: the client's object (key order and unknown keys kept), with the
+    /// batch-shaped keys sliced to this item.
+    pub body: Value,
+    /// SGLang bootstrap fields of the item, when the client sent any (P/D hand-off info).
+    pub handoff: Option<Value>,
+}
+
+/// The per-request checks for every prompt, in SGLang's order, then the parallel-sampling
+/// expansion (`n` copies per prompt, batch-major, each with a fresh `uuid4().hex` rid).
+pub(crate) fn validate_and_expand(
+    f: &Fields<'_>,
+    kind: InputKind,
+    rows: Vec<Row>,
+    n: usize,
+    engine: &EngineInfo,
+) -> Result<Vec<ItemSpec>, GenerateError> {
+    let invalid = |m: String| Err(GenerateError::validation(m));
+    let default_sampling = SamplingParams::read(&Obj::new(), "body.sampling_params")?;
+    let context = i128::from(engine.max_context_len);
+    let vocab = engine.vocab_size;
+    let mut specs = Vec::with_capacity(rows.len().saturating_mul(n));
+    for row in rows {
+        // _tokenize_one_request
+        let ids = match (kind, row.ids) {
+            (InputKind::Text { with_ids: false }, _) => return invalid(TEXT_UNSUPPORTED.into()),
+            (InputKind::Embeds, _) => return invalid(EMBEDS_UNSUPPORTED.into()),
+            (_, Some(ids)) => ids,
+            (_, None) => return invalid(TEXT_UNSUPPORTED.into()),
+        };
+        if ids.is_empty() {
+            return invalid("input_ids cannot be empty.".into());
+        }
+        let sampling = match &f.sampling {
+            None => default_sampling.clone(),
+            Some(s) => s.item(row.b).unwrap_or_else(|| default_sampling.clone()),
+        };
+        // _validate_one_request
+        let input_tokens = ids.len() as i128;
+        if input_tokens >= context {
+            return invalid(format!(
+                "The input ({input_tokens} tokens) is longer than the model's context length ({context} tokens)."
+            ));
+        }
+        if let Some(raw) = &sampling.max_new_tokens_raw
+            && let Some(max_new) = number_to_int(raw)
+            && max_new + input_tokens > context
+        {
+            let total = PyTotal(raw, input_tokens);
+            return invalid(format!(
+                "Requested token count exceeds the model's maximum context length of {context} tokens. You requested a total of {total} tokens: {input_tokens} tokens from the input messages and {} tokens for the completion. Please reduce the number of tokens in the input messages or the completion to fit within the limit.",
+                PyNum(raw)
+            ));
+        }
+        if ids.iter().any(|&id| id >= i64::from(vocab)) {
+            return invalid(format!(
+                "The input_ids {} contains values greater than the vocab size ({vocab}).",
+                int_list_repr(&ids)
+            ));
+        }
+        if let Some(neg) = ids.iter().find(|&&id| id < 0) {
+            return invalid(format!(
+                "The input_ids contain the negative token id {neg}; valid token ids are in [0, {vocab})."
+            ));
+        }
+        let token_ids_logprob = match row.token_ids_logprob {
+            None => None,
+            Some(list) => {
+                if let Some(bad) = list.iter().find(|&&id| id < 0 || id >= i64::from(vocab)) {
+                    return invalid(format!(
+                        "token_ids_logprob contains out-of-vocabulary token id {bad}; valid range is [0, {vocab})."
+                    ));
+                }
+                Some(
+                    list.iter()
+                        .filter_map(|&id| u32::try_from(id).ok())
+                        .collect(),
+                )
+            }
+        };
+        if f.hidden_states {
+            return invalid("The server is not configured to return hidden states. Please set `--return-hidden-states-mode last`, `--return-hidden-states-mode full`, or the legacy `--enable-return-hidden-states` flag.".into());
+        }
+        if row.custom_logit_processor {
+            return invalid("The server is not configured to enable custom logit processor. Please set `--enable-custom-logit-processor` to enable this feature.".into());
+        }
+        // SamplingParams(**sampling_params).normalize(None).verify(vocab_size)
+        sampling.verify(vocab)?;
+        // Ranges SGLang leaves to the scheduler; genfront's engine contract needs them checked.
+        let Ok(logprob_start_len) = i64::try_from(row.logprob_start_len) else {
+            return invalid(bad_start_len(row.logprob_start_len));
+        };
+        if logprob_start_len < -1 {
+            return invalid(bad_start_len(row.logprob_start_len));
+        }
+        let Ok(top_logprobs_num) = u32::try_from(row.top_logprobs_num) else {
+            return invalid(format!(
+                "top_logprobs_num must be a non-negative integer, got {}.",
+                row.top_logprobs_num
+            ));
+        };
+        let routed_experts_start = match u32::try_from(f.routed_experts_start_len) {
+            Ok(s) if i128::from(s) <= input_tokens => s,
+            _ => {
+                return invalid(format!(
+                    "routed_experts_start_len must be in [0, {input_tokens}] (the prompt length), got {}.",
+                    f.routed_experts_start_len
+                ));
+            }
+        };
+        let token_ids: Vec<u32> = ids
+            .iter()
+            .filter_map(|&id| u32::try_from(id).ok())
+            .collect();
+        let routing = RoutingHints {
+            dp_rank: f.dp_rank.and_then(|r| u32::try_from(r).ok()),
+            priority: f.priority.and_then(|p| i64::try_from(p).ok()),
+            cache_salt: row.cache_salt.or(row.extra_key),
+            session_id: f.session_id.map(str::to_owned),
+            lora: row.lora,
+        };
+        for _ in 0..n {
+            specs.push(ItemSpec {
+                b: row.b,
+                rid: match (&row.rid, n) {
+                    (Some(rid), 1) => rid.clone(),
+                    _ => fresh_rid(),
+                },
+                body_rid: f.rid.is_some(),
+                fanned_out: n > 1,
+                token_ids: token_ids.clone(),
+                sampling: sampling.clone(),
+                return_logprob: row.return_logprob,
+                logprob_start_len,
+                top_logprobs_num,
+                token_ids_logprob: token_ids_logprob.clone(),
+                return_sampling_mask: row.return_sampling_mask,
+                routed_experts: f.routed_experts,
+                routed_experts_start,
+                return_prompt_token_ids: f.return_prompt_token_ids,
+                routing: routing.clone(),
+            });
+        }
+    }
+    Ok(specs)
+}
+
+fn bad_start_len(v: i128) -> String {
+    format!(
+        "logprob_start_len must be -1 (output tokens only) or a non-negative prompt position, got {v}."
+    )
+}
+
+/// `max_new_tokens + input_tokens` printed as Python prints the sum (a float stays a float).
+struct PyTotal<'a>(&'a Number, i128);
+
+impl std::fmt::Display for PyTotal<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.is_f64() {
+            let sum = self.0.as_f64().unwrap_or(0.0) + self.1 as f64;
+            f.write_str(&crate::pyfmt::float_repr(sum))
+        } else {
+            write!(f, "{}", number_to_int(self.0).unwrap_or(0) + self.1)
+        }
+    }
+}
+
+// === native bodies ===
+
+/// Keys whose list form holds one value per batch item (`GenerateReqInput.__getitem__`).
+const PER_ITEM_LIST_KEYS: &[&str] = &[
+    "text",
+    "input_ids",
+    "input_embeds",
+    "return_logprob",
+    "logprob_start_len",
+    "top_logprobs_num",
+    "return_sampling_mask",
+    "lora_path",
+    "custom_logit_processor",
+    "extra_key",
+    "cache_salt",
+    "bootstrap_host",
+    "bootstrap_port",
+    "bootstrap_pair_key",
+    "decode_tp_size",
+    "return_hidden_states",
+];
+/// Keys that are per item only when given as a list of batch length (multimodal data, hashes).
+const BATCH_LENGTH_KEYS: &[&str] = &[
+    "image_data",
+    "video_data",
+    "audio_data",
+    "mm_hashes",
+    "mm_content_hashes",
+];
+/// Keys whose per-item form is a list of lists.
+const NESTED_KEYS: &[&str] = &["token_ids_logprob", "multi_item_delimiter_indices"];
+/// SGLang's P/D bootstrap fields.
+const BOOTSTRAP_KEYS: &[&str] = &[
+    "bootstrap_host",
+    "bootstrap_port",
+    "bootstrap_room",
+    "bootstrap_pair_key",
+    "decode_tp_size",
+];
+
+/// Attach native bodies (and the header DP rank) to the specs. A single request's body is the
+/// client's object itself (moved, not copied); batch and `n > 1` items get the object with the
+/// batch-shaped keys sliced to their prompt.
+pub(crate) fn build(
+    obj: Obj,
+    is_single: bool,
+    specs: Vec<ItemSpec>,
+    header_dp_rank: Option<u32>,
+) -> Vec<Item> {
+    let batch_size = specs.iter().map(|s| s.b + 1).max().unwrap_or(0);
+    let finish = |mut spec: ItemSpec, body: Value| {
+        if spec.routing.dp_rank.is_none() {
+            spec.routing.dp_rank = header_dp_rank;
+        }
+        let handoff = handoff_of(&body);
+        Item {
+            spec,
+            body,
+            handoff,
+        }
+    };
+    if is_single && specs.len() == 1 {
+        return specs
+            .into_iter()
+            .next()
+            .map(|spec| finish(spec, Value::Object(obj)))
+            .into_iter()
+            .collect();
+    }
+    specs
+        .into_iter()
+        .map(|spec| {
+            let body = item_body(&obj, &spec, batch_size);
+            finish(spec, body)
+        })
+        .collect()
+}
+
+fn handoff_of(body: &Value) -> Option<Value> {
+    let obj = body.as_object()?;
+    let mut out = Obj::new();
+    for key in BOOTSTRAP_KEYS {
+        if let Some(v) = obj.get(*key).filter(|v| !v.is_null()) {
+            out.insert((*key).to_owned(), v.clone());
+        }
+    }
+    (!out.is_empty()).then_some(Value::Object(out))
+}
+
+/// The item's body: every key of the client's object in its order, batch-shaped keys sliced.
+fn item_body(obj: &Obj, spec: &ItemSpec, batch_size: usize) -> Value {
+    let b = spec.b;
+    let mut out = Obj::new();
+    for (key, value) in obj {
+        let k = key.as_str();
+        let sliced = match (k, value) {
+            ("rid", _) if spec.body_rid => Value::String(spec.rid.clone()),
+            ("sampling_params", Value::Array(list)) => {
+                sampling_body(list.get(b).unwrap_or(&Value::Null), spec.fanned_out)
+            }
+            ("sampling_params", v @ Value::Object(_)) => sampling_body(v, spec.fanned_out),
+            ("input_ids", Value::Array(rows)) if matches!(rows.first(), Some(Value::Array(_))) => {
+                rows.get(b).cloned().unwrap_or(Value::Null)
+            }
+            ("input_ids", v) => v.clone(),
+            ("bootstrap_room", Value::Number(room)) => offset_room(room, b),
+            ("bootstrap_room", Value::Array(rooms)) => rooms.get(b).cloned().unwrap_or(Value::Null),
+            (k, Value::Array(list)) if PER_ITEM_LIST_KEYS.contains(&k) => {
+                list.get(b).cloned().unwrap_or(Value::Null)
+            }
+            (k, Value::Array(list))
+                if NESTED_KEYS.contains(&k) && matches!(list.first(), Some(Value::Array(_))) =>
+            {
+                list.get(b).cloned().unwrap_or(Value::Null)
+            }
+            (k, Value::Array(list))
+                if BATCH_LENGTH_KEYS.contains(&k) && list.len() == batch_size =>
+            {
+                list.get(b).cloned().unwrap_or(Value::Null)
+            }
+            (_, v) => v.clone(),
+        };
+        out.insert(key.clone(), sliced);
+    }
+    Value::Object(out)
+}
+
+/// The item's `sampling_params` object; a fanned-out copy asks for one sample.
+fn sampling_body(v: &Value, fanned_out: bool) -> Value {
+    match v {
+        Value::Object(sp) if fanned_out && sp.contains_key("n") => {
+            let mut sp = sp.clone();
+            sp.insert("n".to_owned(), Value::from(1));
+            Value::Object(sp)
+        }
+        v => v.clone(),
+    }
+}
+
+/// A scalar `bootstrap_room` becomes `room + i` for batch item `i` (exact for 63-bit rooms).
+fn offset_room(room: &Number, b: usize) -> Value {
+    let Some(r) = number_to_int(room) else {
+        return Value::Number(room.clone());
+    };
+    let v = r + b as i128;
+    if let Ok(i) = i64::try_from(v) {
+        Value::from(i)
+    } else if let Ok(u) = u64::try_from(v) {
+        Value::from(u)
+    } else {
+        Value::Number(room.clone())
+    }
+}
+
+// === projection ===
+
+impl Item {
+    /// Phase *project*: the engine request (the frontend fills `request_id`) and what the
+    /// assembler needs to answer for it. The native body is moved, not copied.
+    pub(crate) fn project(self) -> (EngineRequest, SubConfig) {
+        let Item {
+            spec: s,
+            body,
+            handoff,
+        } = self;
+        let sp = &s.sampling;
+        let prompt_logprobs =
+            (s.return_logprob && s.logprob_start_len >= 0).then(|| PromptLogprobOptions {
+                start: u32::try_from(s.logprob_start_len).unwrap_or(u32::MAX),
+                top_k: s.top_logprobs_num,
+            });
+        let needs_prompt = s.return_prompt_token_ids || prompt_logprobs.is_some();
+        let config = SubConfig {
+            rid: s.rid.clone(),
+            prompt_len: u32::try_from(s.token_ids.len()).unwrap_or(u32::MAX),
+            prompt: if needs_prompt {
+                s.token_ids.clone()
+            } else {
+                Vec::new()
+            },
+            return_logprob: s.return_logprob,
+            top_logprobs: s.return_logprob && s.top_logprobs_num > 0,
+            token_ids_logprob: s.return_logprob && s.token_ids_logprob.is_some(),
+            sampling_mask: s.return_sampling_mask,
+            routed_experts: s.routed_experts,
+            routed_experts_start: s.routed_experts_start,
+            return_prompt_token_ids: s.return_prompt_token_ids,
+        };
+        let request = EngineRequest {
+            request_id: String::new(),
+            token_ids: s.token_ids,
+            stop: StopConditions {
+                max_tokens: sp
+                    .max_new_tokens
+                    .map(|m| u32::try_from(m.max(0)).unwrap_or(u32::MAX)),
+                min_tokens: u32::try_from(sp.min_new_tokens().max(0)).unwrap_or(u32::MAX),
+                stop_token_ids: sp.stop_token_ids.clone(),
+                stop: Vec::new(),
+                ignore_eos: sp.ignore_eos,
+            },
+            sampling: SamplingOptions {
+                n: 1,
+                temperature: sp.temperature(),
+                top_p: sp.top_p(),
+                top_k: sp.top_k(),
+                min_p: sp.min_p(),
+                frequency_penalty: sp.frequency_penalty(),
+                presence_penalty: sp.presence_penalty(),
+                repetition_penalty: sp.repetition_penalty(),
+                seed: sp.seed,
+            },
+            output: OutputOptions {
+                logprobs: s.return_logprob.then_some(s.top_logprobs_num),
+                prompt_logprobs,
+                token_ids_logprobs: if s.return_logprob {
+                    s.token_ids_logprob.unwrap_or_default()
+                } else {
+                    Vec::new()
+                },
+                routed_experts: s.routed_experts,
+                routed_experts_start: s.routed_experts_start,
+                sampling_mask: s.return_sampling_mask,
+            },
+            routing: s.routing,
+            handoff,
+            native: NativeBody {
+                format: FORMAT_NAME.to_owned(),
+                body,
+            },
+        };
+        (request, config)
+    }
+}

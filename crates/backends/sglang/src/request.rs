@@ -1,0 +1,591 @@
+//! Parse a `/generate` body into a validated [`GenerateRequest`], following SGLang's
+//! `GenerateReqInput.normalize_batch_and_arguments` (`io_struct.py`) and the per-request checks of
+//! `TokenizerManager` (`tokenizer_manager.py`), in their order and with their messages.
+//!
+//! Phases: JSON + types (pydantic: [`GenerateError::Schema`]) → input selection, batch size,
+//! parallel sampling, per-item lists, rids (`ValueError`s: [`GenerateError::Validation`]) →
+//! per-item checks ([`crate::item`]).
+
+use genfront_format::{GenerateError, ParseInput, Rejection};
+use serde_json::Value;
+
+use crate::item::{self, Item, ItemSpec};
+use crate::json::{
+    self, Obj, OneOrList, TokenLists, opt_int, opt_one_or_list, opt_str, opt_token_lists, present,
+    req_bool,
+};
+use crate::pyfmt::str_list_repr;
+use crate::sampling::SamplingParams;
+
+/// A validated, normalized `/generate` request: one [`Item`] per engine request (batch items ×
+/// parallel samples, batch-major, as SGLang's `_handle_batch_request` orders them).
+#[derive(Debug)]
+pub(crate) struct GenerateRequest {
+    /// `stream`.
+    pub stream: bool,
+    /// Single request (answered with an object) vs batch or `n > 1` (answered with an array).
+    pub is_single: bool,
+    /// The body `rid` when it is a string, else the `x-request-id` header.
+    pub client_id: Option<String>,
+    /// The engine requests.
+    pub items: Vec<Item>,
+}
+
+/// Which input decides the batch shape (SGLang: `text` > `input_ids` > `input_embeds`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum InputKind {
+    /// `text` (with `input_ids` also present, the ids are used for the tokens).
+    Text {
+        /// Whether `input_ids` supplies the tokens.
+        with_ids: bool,
+    },
+    /// `input_ids`.
+    Ids,
+    /// `input_embeds`.
+    Embeds,
+}
+
+/// The typed view of the top-level fields genfront reads (schema-checked).
+#[derive(Debug)]
+pub(crate) struct Fields<'a> {
+    pub rid: Option<OneOrList<&'a str>>,
+    pub text: Option<OneOrList<&'a str>>,
+    pub input_ids: Option<TokenLists>,
+    pub input_embeds: Option<&'a Vec<Value>>,
+    pub sampling: Option<OneOrList<SamplingParams>>,
+    pub return_logprob: Option<OneOrList<bool>>,
+    pub logprob_start_len: Option<OneOrList<i128>>,
+    pub top_logprobs_num: Option<OneOrList<i128>>,
+    pub token_ids_logprob: Option<TokenLists>,
+    pub return_sampling_mask: Option<OneOrList<bool>>,
+    pub flat_top_logprobs: bool,
+    pub flat_top_logprobs_b64: bool,
+    pub hidden_states: bool,
+    pub routed_experts: bool,
+    pub routed_experts_start_len: i128,
+    pub return_prompt_token_ids: bool,
+    pub session_id: Option<&'a str>,
+    pub session_params: bool,
+    pub lora_path: Option<OneOrList<Option<&'a str>>>,
+    pub custom_logit_processor: Option<OneOrList<Option<&'a str>>>,
+    pub dp_rank: Option<i128>,
+    pub priority: Option<i128>,
+    pub extra_key: Option<OneOrList<&'a str>>,
+    pub cache_salt: Option<OneOrList<&'a str>>,
+    pub max_thinking_tokens: Option<i128>,
+}
+
+/// Phase *parse/validate*: the whole of SGLang's request handling up to dispatch.
+pub(crate) fn parse(input: &ParseInput<'_>) -> Result<GenerateRequest, Rejection> {
+    let value: Value = serde_json::from_slice(input.body).map_err(|e| {
+        Rejection::from(GenerateError::Schema {
+            message: format!("JSON decode error: {e}"),
+            param: Some("body".to_owned()),
+        })
+    })?;
+    let Value::Object(obj) = value else {
+        return Err(json::type_error("body", "a valid dictionary").into());
+    };
+    let stream = req_bool(&obj, "stream", false)?;
+    let reject = |error: GenerateError| Rejection { error, stream };
+    let fields = Fields::read(&obj).map_err(reject)?;
+    let client_id = match &fields.rid {
+        Some(OneOrList::One(rid)) => Some((*rid).to_owned()),
+        _ => input
+            .headers
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned),
+    };
+    let header_dp_rank = input
+        .headers
+        .get("x-data-parallel-rank")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u32>().ok());
+    let (is_single, specs) = normalize(&fields, input).map_err(reject)?;
+    drop(fields);
+    let items = item::build(obj, is_single, specs, header_dp_rank);
+    Ok(GenerateRequest {
+        stream,
+        is_single,
+        client_id,
+        items,
+    })
+}
+
+// === impl Fields ===
+
+impl<'a> Fields<'a> {
+    /// Type-check and read every field genfront uses (pydantic's pass over `GenerateReqInput`).
+    pub(crate) fn read(obj: &'a Obj) -> Result<Self, GenerateError> {
+        let sampling = match present(obj, "sampling_params") {
+            None => None,
+            Some(Value::Array(list)) => Some(OneOrList::List(
+                list.iter()
+                    .enumerate()
+                    .map(|(i, v)| {
+                        let path = format!("body.sampling_params.{i}");
+                        SamplingParams::read(json::obj_of(v, &path)?, &path)
+                    })
+                    .collect::<Result<Vec<_>, _>>()?,
+            )),
+            Some(v) => Some(OneOrList::One(SamplingParams::read(
+                json::obj_of(v, "body.sampling_params")?,
+                "body.sampling_params",
+            )?)),
+        };
+        let input_embeds = present(obj, "input_embeds")
+            .map(|v| json::list_of(v, "body.input_embeds"))
+            .transpose()?;
+        let opt_str_item = |v: &'a Value, path: &str| -> Result<Option<&'a str>, GenerateError> {
+            if v.is_null() {
+                Ok(None)
+            } else {
+                json::str_of(v, path).map(Some)
+            }
+        };
+        let dp_rank = match opt_int(obj, "routed_dp_rank")? {
+            Some(r) => Some(r),
+            None => opt_int(obj, "data_parallel_rank")?,
+        };
+        Ok(Self {
+            rid: opt_one_or_list(obj, "rid", json::str_of)?,
+            text: opt_one_or_list(obj, "text", json::str_of)?,
+            input_ids: opt_token_lists(obj, "input_ids")?,
+            input_embeds,
+            sampling,
+            return_logprob: opt_one_or_list(obj, "return_logprob", json::bool_of)?,
+            logprob_start_len: opt_one_or_list(obj, "logprob_start_len", json::int_of)?,
+            top_logprobs_num: opt_one_or_list(obj, "top_logprobs_num", json::int_of)?,
+            token_ids_logprob: opt_token_lists(obj, "token_ids_logprob")?,
+            return_sampling_mask: opt_one_or_list(obj, "return_sampling_mask", json::bool_of)?,
+            flat_top_logprobs: req_bool(obj, "return_flat_raw_top_logprobs", false)?,
+            flat_top_logprobs_b64: req_bool(obj, "return_flat_raw_top_logprobs_b64", false)?,
+            hidden_states: hidden_states_requested(obj)?,
+            routed_experts: req_bool(obj, "return_routed_experts", false)?,
+            routed_experts_start_len: match obj.get("routed_experts_start_len") {
+                None => 0,
+                Some(v) => json::int_of(v, "body.routed_experts_start_len")?,
+            },
+            return_prompt_token_ids: req_bool(obj, "return_prompt_token_ids", false)?,
+            session_id: opt_str(obj, "session_id")?,
+            session_params: present(obj, "session_params")
+                .map(|v| json::obj_of(v, "body.session_params"))
+                .transpose()?
+                .is_some(),
+            lora_path: opt_one_or_list(obj, "lora_path", opt_str_item)?,
+            custom_logit_processor: opt_one_or_list(obj, "custom_logit_processor", opt_str_item)?,
+            dp_rank,
+            priority: opt_int(obj, "priority")?,
+            extra_key: opt_one_or_list(obj, "extra_key", json::str_of)?,
+            cache_salt: opt_one_or_list(obj, "cache_salt", json::str_of)?,
+            max_thinking_tokens: opt_int(obj, "max_thinking_tokens")?,
+        })
+    }
+}
+
+/// `return_hidden_states` (`bool`, a mode string, or a per-item list): whether any item asks for
+/// hidden states. genfront's engines cannot return them.
+fn hidden_states_requested(obj: &Obj) -> Result<bool, GenerateError> {
+    fn one(v: &Value, path: &str) -> Result<bool, GenerateError> {
+        match v {
+            Value::Bool(b) => Ok(*b),
+            Value::String(s) => Ok(!s.is_empty() && s != "none"),
+            _ => Err(json::type_error(path, "a valid boolean or string")),
+        }
+    }
+    match obj.get("return_hidden_states") {
+        None => Ok(false),
+        Some(Value::Array(items)) => {
+            let mut any = false;
+            for (i, v) in items.iter().enumerate() {
+                any |= one(v, &format!("body.return_hidden_states.{i}"))?;
+            }
+            Ok(any)
+        }
+        Some(v) => one(v, "body.return_hidden_states"),
+    }
+}
+
+// === normalization ===
+
+/// SGLang's `normalize_batch_and_arguments` and the checks `generate_request` runs right after it,
+/// then the per-item checks. Returns whether the request is single and one spec per engine request.
+fn normalize(
+    f: &Fields<'_>,
+    input: &ParseInput<'_>,
+) -> Result<(bool, Vec<ItemSpec>), GenerateError> {
+    let invalid = |m: &str| Err(GenerateError::validation(m));
+    // _validate_inputs
+    let given = [
+        f.text.is_some(),
+        f.input_ids.is_some(),
+        f.input_embeds.is_some(),
+    ];
+    if given.iter().all(|g| !g) || given.iter().all(|g| *g) {
+        return invalid("Either text, input_ids or input_embeds should be provided.");
+    }
+    if f.flat_top_logprobs_b64 && !f.flat_top_logprobs {
+        return invalid("return_flat_raw_top_logprobs_b64 requires return_flat_raw_top_logprobs.");
+    }
+    // _determine_batch_size
+    let (kind, mut is_single, batch_size) = if let Some(text) = &f.text {
+        let with_ids = f.input_ids.is_some();
+        match text {
+            OneOrList::One(_) => (InputKind::Text { with_ids }, true, 1),
+            OneOrList::List(l) => (InputKind::Text { with_ids }, false, l.len()),
+        }
+    } else if let Some(ids) = &f.input_ids {
+        match ids {
+            TokenLists::Flat(v) if v.is_empty() => return invalid("input_ids cannot be empty."),
+            TokenLists::Flat(_) => (InputKind::Ids, true, 1),
+            TokenLists::Nested(rows) => (InputKind::Ids, false, rows.len()),
+        }
+    } else {
+        let embeds = f.input_embeds.map(Vec::as_slice).unwrap_or_default();
+        let single = matches!(embeds.first(), Some(Value::Array(row)) if matches!(row.first(), Some(Value::Number(_))));
+        (
+            InputKind::Embeds,
+            single,
+            if single { 1 } else { embeds.len() },
+        )
+    };
+    if f.session_id.is_some() && f.session_params {
+        return invalid("session_id and session_params cannot both be set.");
+    }
+    // _handle_parallel_sampling
+    let n = match &f.sampling {
+        None => 1,
+        Some(OneOrList::One(sp)) => sp.n,
+        Some(OneOrList::List(list)) => {
+            let first = list.first().map_or(1, |sp| sp.n);
+            if list.iter().any(|sp| sp.n != first) {
+                return invalid(
+                    "The parallel_sample_num should be the same for all samples in sample params.",
+                );
+            }
+            first
+        }
+    };
+    let beam = match &f.sampling {
+        Some(OneOrList::One(sp)) => sp.beam_width,
+        Some(OneOrList::List(list)) => list.first().map_or(1, |sp| sp.beam_width),
+        None => 1,
+    };
+    if beam > 1 {
+        return invalid(
+            "Beam search (sampling_params.beam_width > 1) is not supported by genfront's engines.",
+        );
+    }
+    let n = usize::try_from(n.max(1)).unwrap_or(usize::MAX);
+    if n > 1 && is_single {
+        is_single = false;
+    }
+    let rows = if is_single {
+        single_rows(f, kind)?
+    } else {
+        batch_rows(f, kind, batch_size, n)?
+    };
+    // generate_request: checks after normalization
+    if f.max_thinking_tokens.is_some() {
+        return invalid(
+            "max_thinking_tokens requires the server to be launched with --enable-strict-thinking",
+        );
+    }
+    item::validate_and_expand(f, kind, rows, n, input.engine).map(|specs| (is_single, specs))
+}
+
+/// One prompt of the (normalized) batch, before parallel-sampling expansion.
+#[derive(Debug)]
+pub(crate) struct Row {
+    /// Batch index.
+    pub b: usize,
+    /// The client-visible rid (`None` for `n > 1`, where each copy gets a fresh uuid).
+    pub rid: Option<String>,
+    /// The token ids (`None` for text-only or embeds inputs).
+    pub ids: Option<Vec<i64>>,
+    pub return_logprob: bool,
+    pub logprob_start_len: i128,
+    pub top_logprobs_num: i128,
+    pub token_ids_logprob: Option<Vec<i64>>,
+    pub return_sampling_mask: bool,
+    pub lora: Option<String>,
+    pub custom_logit_processor: bool,
+    pub extra_key: Option<String>,
+    pub cache_salt: Option<String>,
+}
+
+/// A fresh `uuid4().hex` rid (SGLang's `normalize` / `regenerate_rid`).
+pub(crate) fn fresh_rid() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+/// `_normalize_single_inputs`.
+fn single_rows(f: &Fields<'_>, kind: InputKind) -> Result<Vec<Row>, GenerateError> {
+    let scalar = |name: &str| {
+        GenerateError::validation(format!("{name} should be a scalar for a single request."))
+    };
+    let rid = match &f.rid {
+        None => fresh_rid(),
+        Some(OneOrList::One(r)) => (*r).to_owned(),
+        Some(OneOrList::List(_)) => {
+            return Err(GenerateError::validation(
+                "rid should be a string for a single request.",
+            ));
+        }
+    };
+    if matches!(f.sampling, Some(OneOrList::List(_))) {
+        return Err(GenerateError::validation(
+            "sampling_params should be a dict for a single request.",
+        ));
+    }
+    let one = |v: &Option<OneOrList<bool>>, name: &str, default: bool| match v {
+        None => Ok(default),
+        Some(OneOrList::One(x)) => Ok(*x),
+        Some(OneOrList::List(_)) => Err(scalar(name)),
+    };
+    let one_int = |v: &Option<OneOrList<i128>>, name: &str, default: i128| match v {
+        None => Ok(default),
+        Some(OneOrList::One(x)) => Ok(*x),
+        Some(OneOrList::List(_)) => Err(scalar(name)),
+    };
+    let token_ids_logprob = match &f.token_ids_logprob {
+        None => None,
+        Some(TokenLists::Flat(v)) if v.is_empty() => None,
+        Some(TokenLists::Flat(v)) => Some(v.clone()),
+        Some(TokenLists::Nested(_)) => {
+            return Err(GenerateError::validation(
+                "token_ids_logprob must be a flat list of integers.",
+            ));
+        }
+    };
+    let key = |v: &Option<OneOrList<&str>>, name: &str| match v {
+        None => Ok(None),
+        Some(OneOrList::One(s)) => Ok(Some(*s).filter(|s| !s.is_empty()).map(str::to_owned)),
+        Some(OneOrList::List(_)) => Err(GenerateError::validation(format!(
+            "{name} should be a string for a single request."
+        ))),
+    };
+    let opt_one = |v: &Option<OneOrList<Option<&str>>>, name: &str| match v {
+        None => Ok(None),
+        Some(OneOrList::One(s)) => Ok(s.map(str::to_owned)),
+        Some(OneOrList::List(_)) => Err(scalar(name)),
+    };
+    let ids = match (kind, &f.input_ids) {
+        (InputKind::Ids | InputKind::Text { with_ids: true }, Some(TokenLists::Flat(v))) => {
+            Some(v.clone())
+        }
+        (InputKind::Text { with_ids: true }, Some(TokenLists::Nested(_))) => {
+            return Err(GenerateError::validation(
+                "input_ids should be a flat list of integers for a single text request.",
+            ));
+        }
+        _ => None,
+    };
+    Ok(vec![Row {
+        b: 0,
+        rid: Some(rid),
+        ids,
+        return_logprob: one(&f.return_logprob, "return_logprob", false)?,
+        logprob_start_len: one_int(&f.logprob_start_len, "logprob_start_len", -1)?,
+        top_logprobs_num: one_int(&f.top_logprobs_num, "top_logprobs_num", 0)?,
+        token_ids_logprob,
+        return_sampling_mask: one(&f.return_sampling_mask, "return_sampling_mask", false)?,
+        lora: opt_one(&f.lora_path, "lora_path")?,
+        custom_logit_processor: opt_one(&f.custom_logit_processor, "custom_logit_processor")?
+            .is_some_and(|s| !s.is_empty()),
+        extra_key: key(&f.extra_key, "extra_key")?,
+        cache_salt: key(&f.cache_salt, "cache_salt")?,
+    }])
+}
+
+/// `_normalize_batch_inputs` (with `num = batch_size * n`).
+fn batch_rows(
+    f: &Fields<'_>,
+    kind: InputKind,
+    batch_size: usize,
+    n: usize,
+) -> Result<Vec<Row>, GenerateError> {
+    let invalid = |m: String| GenerateError::validation(m);
+    let length = |name: &str| {
+        invalid(format!(
+            "The length of {name} should be equal to the batch size."
+        ))
+    };
+    // _expand_inputs
+    let ids: Option<Vec<Vec<i64>>> = match (kind, &f.input_ids) {
+        (InputKind::Embeds, _) | (InputKind::Text { with_ids: false }, _) | (_, None) => None,
+        (_, Some(TokenLists::Nested(rows))) => Some(rows.clone()),
+        // A single prompt fanned out by `n > 1` becomes a batch of one.
+        (InputKind::Ids, Some(TokenLists::Flat(v))) => Some(vec![v.clone()]),
+        (InputKind::Text { .. }, Some(TokenLists::Flat(v))) => {
+            if batch_size == 1 && matches!(f.text, Some(OneOrList::One(_))) {
+                Some(vec![v.clone()])
+            } else {
+                return Err(invalid(
+                    "input_ids should be a list of lists for batch processing.".to_owned(),
+                ));
+            }
+        }
+    };
+    if ids.as_ref().is_some_and(|rows| rows.len() != batch_size) {
+        return Err(length("input_ids"));
+    }
+    // _normalize_rid (a fanned-out request's copies get fresh rids later)
+    let rids: Vec<String> = match &f.rid {
+        None => Vec::new(),
+        Some(OneOrList::One(r)) => (0..batch_size).map(|i| format!("{r}_{i}")).collect(),
+        Some(OneOrList::List(l)) => {
+            if l.len() != batch_size {
+                return Err(invalid(
+                    "The specified rids length mismatch with the batch_size for batch processing."
+                        .to_owned(),
+                ));
+            }
+            l.iter().map(|s| (*s).to_owned()).collect()
+        }
+    };
+    // _normalize_lora_paths, _normalize_sampling_params: per-item lists must cover the batch.
+    if let Some(OneOrList::List(l)) = &f.lora_path
+        && l.len() < batch_size
+    {
+        return Err(length("lora_path"));
+    }
+    if let Some(OneOrList::List(l)) = &f.sampling
+        && l.len() < batch_size
+    {
+        return Err(length("sampling_params"));
+    }
+    // _normalize_logprob_params
+    fn per_item<T: Clone>(
+        v: &Option<OneOrList<T>>,
+        name: &str,
+        n: usize,
+        batch_size: usize,
+    ) -> Result<(), GenerateError> {
+        if let Some(OneOrList::List(l)) = v {
+            if n > 1 {
+                return Err(GenerateError::validation(format!(
+                    "Cannot use list {name} with parallel_sample_num > 1"
+                )));
+            }
+            if l.len() < batch_size {
+                return Err(GenerateError::validation(format!(
+                    "The length of {name} should be equal to the batch size."
+                )));
+            }
+        }
+        Ok(())
+    }
+    per_item(&f.return_logprob, "return_logprob", n, batch_size)?;
+    per_item(&f.logprob_start_len, "logprob_start_len", n, batch_size)?;
+    per_item(&f.top_logprobs_num, "top_logprobs_num", n, batch_size)?;
+    per_item(
+        &f.return_sampling_mask,
+        "return_sampling_mask",
+        n,
+        batch_size,
+    )?;
+    if let Some(TokenLists::Nested(rows)) = &f.token_ids_logprob {
+        if n > 1 {
+            return Err(invalid(
+                "Cannot use list token_ids_logprob with parallel_sample_num > 1".to_owned(),
+            ));
+        }
+        if rows.len() < batch_size {
+            return Err(length("token_ids_logprob"));
+        }
+    }
+    if let Some(OneOrList::List(l)) = &f.custom_logit_processor {
+        if n > 1 {
+            return Err(invalid(
+                "Cannot use list custom_logit_processor with parallel_sample_num > 1".to_owned(),
+            ));
+        }
+        if l.len() < batch_size {
+            return Err(length("custom_logit_processor"));
+        }
+    }
+    for (v, name) in [(&f.extra_key, "extra_key"), (&f.cache_salt, "cache_salt")] {
+        if let Some(OneOrList::List(l)) = v
+            && l.len() != batch_size
+        {
+            return Err(length(name));
+        }
+    }
+    // _validate_rid_uniqueness
+    if let Some(OneOrList::List(l)) = &f.rid {
+        let mut dups: Vec<&str> = Vec::new();
+        for (i, r) in l.iter().enumerate() {
+            if !dups.contains(r) && l.get(i + 1..).is_some_and(|rest| rest.contains(r)) {
+                dups.push(r);
+            }
+        }
+        if !dups.is_empty() {
+            return Err(invalid(format!(
+                "Duplicate request IDs detected within the request: {}",
+                str_list_repr(dups)
+            )));
+        }
+    }
+    let rows = (0..batch_size)
+        .map(|b| Row {
+            b,
+            rid: if n > 1 { None } else { rids.get(b).cloned() },
+            ids: ids.as_ref().and_then(|rows| rows.get(b).cloned()),
+            return_logprob: f
+                .return_logprob
+                .as_ref()
+                .and_then(|v| v.item(b))
+                .unwrap_or(false),
+            logprob_start_len: f
+                .logprob_start_len
+                .as_ref()
+                .and_then(|v| v.item(b))
+                .unwrap_or(-1),
+            top_logprobs_num: f
+                .top_logprobs_num
+                .as_ref()
+                .and_then(|v| v.item(b))
+                .unwrap_or(0),
+            token_ids_logprob: match &f.token_ids_logprob {
+                None => None,
+                Some(TokenLists::Flat(v)) if v.is_empty() => None,
+                Some(TokenLists::Flat(v)) => Some(v.clone()),
+                Some(TokenLists::Nested(rows)) => rows.get(b).cloned(),
+            },
+            return_sampling_mask: f
+                .return_sampling_mask
+                .as_ref()
+                .and_then(|v| v.item(b))
+                .unwrap_or(false),
+            lora: f
+                .lora_path
+                .as_ref()
+                .and_then(|v| v.item(b))
+                .flatten()
+                .map(str::to_owned),
+            custom_logit_processor: f
+                .custom_logit_processor
+                .as_ref()
+                .and_then(|v| v.item(b))
+                .flatten()
+                .is_some_and(|s| !s.is_empty()),
+            extra_key: f
+                .extra_key
+                .as_ref()
+                .and_then(|v| v.item(b))
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned),
+            cache_salt: f
+                .cache_salt
+                .as_ref()
+                .and_then(|v| v.item(b))
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned),
+        })
+        .collect();
+    Ok(rows)
+}

@@ -1,0 +1,491 @@
+//! `sampling_params`: typed reads and SGLang's `SamplingParams.__post_init__` / `normalize` /
+//! `verify` rules (`python/sglang/srt/sampling/sampling_params.py`), with its exact messages.
+//!
+//! Only the keys genfront projects are read; every other key (`skip_special_tokens`,
+//! `no_stop_trim`, `custom_params`, future keys…) stays untouched in the native body.
+
+use genfront_format::GenerateError;
+use serde_json::{Number, Value};
+
+use crate::json::{self, Obj, int_of, num_of, present, type_error};
+use crate::pyfmt::{PyNum, str_list_repr, str_repr};
+
+/// SGLang's default `max_new_tokens` (the code default; old docs said 16).
+pub(crate) const DEFAULT_MAX_NEW_TOKENS: i128 = 128;
+/// SGLang's greedy threshold: `0 <= temperature < 1e-6` means greedy.
+const SAMPLING_EPS: f64 = 1e-6;
+
+/// The typed view of one `sampling_params` object. An explicit JSON `null` on a key means that
+/// key's default (SGLang's `__post_init__`), except `max_new_tokens`, which is `Optional` in SGLang:
+/// `null` there means "no limit" (the engine caps it at the context length).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SamplingParams {
+    /// `max_new_tokens` as sent (`None` when absent or `null`), for the context-length check,
+    /// which SGLang runs on the raw dict value.
+    pub max_new_tokens_raw: Option<Number>,
+    /// `max_new_tokens` after defaults: absent → 128, `null` → `None` (unlimited).
+    pub max_new_tokens: Option<i128>,
+    min_new_tokens: Option<Number>,
+    temperature: Option<Number>,
+    top_p: Option<Number>,
+    top_k: Option<Number>,
+    min_p: Option<Number>,
+    frequency_penalty: Option<Number>,
+    presence_penalty: Option<Number>,
+    repetition_penalty: Option<Number>,
+    /// `stop_token_ids` without `null` entries, de-duplicated in first-seen order (SGLang keeps a
+    /// set). Ids outside `u32` can never match a token and are dropped.
+    pub stop_token_ids: Vec<u32>,
+    /// `ignore_eos`.
+    pub ignore_eos: bool,
+    /// `n` (parallel samples); `null` → 1.
+    pub n: i128,
+    /// `sampling_seed` as a 64-bit seed.
+    pub seed: Option<u64>,
+    /// `beam_width` (`null`/absent → 1).
+    pub beam_width: i128,
+    /// `stop` normalized to a list (`None` when absent or `null`).
+    stop: Option<Vec<String>>,
+    /// `stop_regex` normalized to a list.
+    stop_regex: Option<Vec<String>>,
+    /// `logit_bias` keys, in order.
+    logit_bias_keys: Vec<String>,
+    /// How many of `json_schema`, `regex`, `ebnf` are set.
+    grammars: usize,
+}
+
+impl SamplingParams {
+    /// Read the object at `path` (e.g. `body.sampling_params`). Wrong types are schema errors.
+    pub(crate) fn read(obj: &Obj, path: &str) -> Result<Self, GenerateError> {
+        let p = |key: &str| format!("{path}.{key}");
+        let number = |key: &str| -> Result<Option<Number>, GenerateError> {
+            present(obj, key)
+                .map(|v| num_of(v, &p(key)).cloned())
+                .transpose()
+        };
+        let integer = |key: &str| -> Result<Option<Number>, GenerateError> {
+            present(obj, key)
+                .map(|v| int_of(v, &p(key)).map(|_| v.as_number().cloned()))
+                .transpose()
+                .map(Option::flatten)
+        };
+        let max_new_tokens_raw = integer("max_new_tokens")?;
+        let max_new_tokens = match obj.get("max_new_tokens") {
+            None => Some(DEFAULT_MAX_NEW_TOKENS),
+            Some(_) => max_new_tokens_raw.as_ref().and_then(json::number_to_int),
+        };
+        let n = match present(obj, "n") {
+            Some(v) => int_of(v, &p("n"))?,
+            None => 1,
+        };
+        let beam_width = match present(obj, "beam_width") {
+            Some(v) => int_of(v, &p("beam_width"))?,
+            None => 1,
+        };
+        let seed = match present(obj, "sampling_seed") {
+            Some(v) => {
+                let s = int_of(v, &p("sampling_seed"))?;
+                Some(
+                    u64::try_from(s)
+                        .ok()
+                        .or_else(|| i64::try_from(s).ok().map(|x| x as u64))
+                        .ok_or_else(|| type_error(&p("sampling_seed"), "a valid integer"))?,
+                )
+            }
+            None => None,
+        };
+        let ignore_eos = match present(obj, "ignore_eos") {
+            Some(v) => json::bool_of(v, &p("ignore_eos"))?,
+            None => false,
+        };
+        let logit_bias_keys = match present(obj, "logit_bias") {
+            Some(v) => json::obj_of(v, &p("logit_bias"))?.keys().cloned().collect(),
+            None => Vec::new(),
+        };
+        let grammars = ["json_schema", "regex", "ebnf"]
+            .iter()
+            .filter(|k| present(obj, k).is_some())
+            .count();
+        Ok(Self {
+            max_new_tokens_raw,
+            max_new_tokens,
+            min_new_tokens: integer("min_new_tokens")?,
+            temperature: number("temperature")?,
+            top_p: number("top_p")?,
+            top_k: integer("top_k")?,
+            min_p: number("min_p")?,
+            frequency_penalty: number("frequency_penalty")?,
+            presence_penalty: number("presence_penalty")?,
+            repetition_penalty: number("repetition_penalty")?,
+            stop_token_ids: stop_token_ids(obj, &p("stop_token_ids"))?,
+            ignore_eos,
+            n,
+            seed,
+            beam_width,
+            stop: str_or_list(present(obj, "stop"), &p("stop"))?,
+            stop_regex: str_or_list(present(obj, "stop_regex"), &p("stop_regex"))?,
+            logit_bias_keys,
+            grammars,
+        })
+    }
+
+    /// SGLang's `normalize(tokenizer=None)` then `verify(vocab_size)`, in its order, with its
+    /// messages. genfront has no tokenizer, so string stop conditions get SGLang's
+    /// `--skip-tokenizer-init` rejection. (`min_new_tokens > 0` is *not* rejected: the engine knows
+    /// its EOS ids and enforces `min_tokens` itself.)
+    pub(crate) fn verify(&self, vocab_size: u32) -> Result<(), GenerateError> {
+        let invalid = |m: String| Err(GenerateError::validation(m));
+        if let Some(stop) = self.stop.as_deref().filter(|s| !s.is_empty()) {
+            return invalid(format!(
+                "stop={} is unavailable when skip_tokenizer_init=True (requires tokenizer to decode tokens to text for matching).",
+                str_list_repr(stop.iter().map(String::as_str))
+            ));
+        }
+        if let Some(stop) = self.stop_regex.as_deref().filter(|s| !s.is_empty()) {
+            return invalid(format!(
+                "stop_regex={} is unavailable when skip_tokenizer_init=True (requires tokenizer to decode tokens to text for matching).",
+                str_list_repr(stop.iter().map(String::as_str))
+            ));
+        }
+        let f = |n: &Option<Number>, default: f64| {
+            n.as_ref().and_then(Number::as_f64).unwrap_or(default)
+        };
+        let temperature = f(&self.temperature, 1.0);
+        let greedy = (0.0..SAMPLING_EPS).contains(&temperature);
+        if let Some(t) = &self.temperature
+            && !(temperature.is_finite() && temperature >= 0.0)
+        {
+            return invalid(format!(
+                "temperature must be a non-negative finite number, got {}.",
+                PyNum(t)
+            ));
+        }
+        if let Some(v) = &self.top_p {
+            let x = f(&self.top_p, 1.0);
+            if !(x > 0.0 && x <= 1.0) {
+                return invalid(format!("top_p must be in (0, 1], got {}.", PyNum(v)));
+            }
+        }
+        if let Some(v) = &self.min_p {
+            let x = f(&self.min_p, 0.0);
+            if !(0.0..=1.0).contains(&x) {
+                return invalid(format!("min_p must be in [0, 1], got {}.", PyNum(v)));
+            }
+        }
+        if let Some(v) = &self.top_k {
+            let k = json::number_to_int(v).unwrap_or(-1);
+            if !greedy && k != -1 && k < 1 {
+                return invalid(format!(
+                    "top_k must be -1 (disable) or at least 1, got {}.",
+                    PyNum(v)
+                ));
+            }
+        }
+        for (name, value) in [
+            ("frequency_penalty", &self.frequency_penalty),
+            ("presence_penalty", &self.presence_penalty),
+        ] {
+            if let Some(v) = value
+                && !(-2.0..=2.0).contains(&f(value, 0.0))
+            {
+                return invalid(format!("{name} must be in [-2, 2], got {}.", PyNum(v)));
+            }
+        }
+        if let Some(v) = &self.repetition_penalty {
+            let x = f(&self.repetition_penalty, 1.0);
+            if !(x > 0.0 && x <= 2.0) {
+                return invalid(format!(
+                    "repetition_penalty must be in (0, 2] (1.0 = no penalty), got {}.",
+                    PyNum(v)
+                ));
+            }
+        }
+        let min_new = self.min_new_tokens();
+        if min_new < 0 {
+            return invalid(format!(
+                "min_new_tokens must be in [0, max_new_tokens], got {}.",
+                self.min_display()
+            ));
+        }
+        if let Some(max_new) = self.max_new_tokens {
+            let max_display = self
+                .max_new_tokens_raw
+                .as_ref()
+                .map_or_else(|| max_new.to_string(), |n| PyNum(n).to_string());
+            if max_new < 0 {
+                return invalid(format!(
+                    "max_new_tokens must be at least 0, got {max_display}."
+                ));
+            }
+            if min_new > max_new {
+                return invalid(format!(
+                    "min_new_tokens must be in [0, max_new_tokens({max_display})], got {}.",
+                    self.min_display()
+                ));
+            }
+        }
+        for key in &self.logit_bias_keys {
+            match parse_py_int(key) {
+                Some(id) if (0..i128::from(vocab_size)).contains(&id) => {}
+                Some(_) => {
+                    return invalid(format!(
+                        "logit_bias must has keys in [0, {}], got {key}.",
+                        i128::from(vocab_size) - 1
+                    ));
+                }
+                None => {
+                    return invalid(format!(
+                        "invalid literal for int() with base 10: {}",
+                        str_repr(key)
+                    ));
+                }
+            }
+        }
+        if self.grammars > 1 {
+            return invalid("Only one of regex, json_schema, or ebnf can be set.".to_owned());
+        }
+        Ok(())
+    }
+
+    /// `min_new_tokens` (default 0).
+    pub(crate) fn min_new_tokens(&self) -> i128 {
+        self.min_new_tokens
+            .as_ref()
+            .and_then(json::number_to_int)
+            .unwrap_or(0)
+    }
+
+    fn min_display(&self) -> String {
+        self.min_new_tokens
+            .as_ref()
+            .map_or_else(|| "0".to_owned(), |n| PyNum(n).to_string())
+    }
+
+    /// `temperature` as sent (`None` = engine default).
+    pub(crate) fn temperature(&self) -> Option<f64> {
+        self.temperature.as_ref().and_then(Number::as_f64)
+    }
+
+    /// `top_p` as sent.
+    pub(crate) fn top_p(&self) -> Option<f64> {
+        self.top_p.as_ref().and_then(Number::as_f64)
+    }
+
+    /// `top_k` as sent; `-1` (SGLang's "disabled") → `None`.
+    pub(crate) fn top_k(&self) -> Option<i64> {
+        self.top_k
+            .as_ref()
+            .and_then(json::number_to_int)
+            .filter(|&k| k != -1)
+            .map(|k| i64::try_from(k).unwrap_or(i64::MAX))
+    }
+
+    /// `min_p` as sent.
+    pub(crate) fn min_p(&self) -> Option<f64> {
+        self.min_p.as_ref().and_then(Number::as_f64)
+    }
+
+    /// `frequency_penalty` as sent.
+    pub(crate) fn frequency_penalty(&self) -> Option<f64> {
+        self.frequency_penalty.as_ref().and_then(Number::as_f64)
+    }
+
+    /// `presence_penalty` as sent.
+    pub(crate) fn presence_penalty(&self) -> Option<f64> {
+        self.presence_penalty.as_ref().and_then(Number::as_f64)
+    }
+
+    /// `repetition_penalty` as sent.
+    pub(crate) fn repetition_penalty(&self) -> Option<f64> {
+        self.repetition_penalty.as_ref().and_then(Number::as_f64)
+    }
+}
+
+/// `stop` / `stop_regex`: `str | [str]`, normalized to a list as SGLang's `normalize` does.
+fn str_or_list(v: Option<&Value>, path: &str) -> Result<Option<Vec<String>>, GenerateError> {
+    match v {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(vec![s.clone()])),
+        Some(Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, s)| json::str_of(s, &format!("{path}.{i}")).map(str::to_owned))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some),
+        Some(_) => Err(type_error(path, "a valid string or list of strings")),
+    }
+}
+
+/// `stop_token_ids`: `[int | null]`; `null` entries are dropped (SGLang `__post_init__`).
+fn stop_token_ids(obj: &Obj, path: &str) -> Result<Vec<u32>, GenerateError> {
+    let Some(v) = present(obj, "stop_token_ids") else {
+        return Ok(Vec::new());
+    };
+    let mut ids: Vec<u32> = Vec::new();
+    for (i, item) in json::list_of(v, path)?.iter().enumerate() {
+        if item.is_null() {
+            continue;
+        }
+        let id = int_of(item, &format!("{path}.{i}"))?;
+        if let Ok(id) = u32::try_from(id)
+            && !ids.contains(&id)
+        {
+            ids.push(id);
+        }
+    }
+    Ok(ids)
+}
+
+/// Python's `int(str)` for base 10: surrounding whitespace, one sign, digits with single `_`
+/// separators.
+fn parse_py_int(s: &str) -> Option<i128> {
+    let t = s.trim();
+    let (neg, digits) = match t.as_bytes().first() {
+        Some(b'-') => (true, &t[1..]),
+        Some(b'+') => (false, &t[1..]),
+        _ => (false, t),
+    };
+    if digits.is_empty()
+        || digits.starts_with('_')
+        || digits.ends_with('_')
+        || digits.contains("__")
+        || !digits.chars().all(|c| c.is_ascii_digit() || c == '_')
+    {
+        return None;
+    }
+    let clean: String = digits.chars().filter(|&c| c != '_').collect();
+    // Longer than i128 can hold: certainly out of any vocabulary range.
+    let v = clean.parse::<i128>().unwrap_or(i128::MAX);
+    Some(if neg { -v } else { v })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn verify(sp: Value) -> Result<(), String> {
+        let obj = sp.as_object().cloned().unwrap_or_default();
+        let params =
+            SamplingParams::read(&obj, "body.sampling_params").map_err(|e| e.to_string())?;
+        params
+            .verify(100)
+            .map_err(|e| e.public_message().into_owned())
+    }
+
+    #[test]
+    fn verify_messages_match_sglang() {
+        let cases = [
+            (
+                json!({"temperature": -1}),
+                "temperature must be a non-negative finite number, got -1.",
+            ),
+            (
+                json!({"temperature": -0.5}),
+                "temperature must be a non-negative finite number, got -0.5.",
+            ),
+            (json!({"top_p": 0}), "top_p must be in (0, 1], got 0."),
+            (json!({"top_p": 1.5}), "top_p must be in (0, 1], got 1.5."),
+            (json!({"min_p": 2.0}), "min_p must be in [0, 1], got 2.0."),
+            (
+                json!({"top_k": 0}),
+                "top_k must be -1 (disable) or at least 1, got 0.",
+            ),
+            (
+                json!({"top_k": -2}),
+                "top_k must be -1 (disable) or at least 1, got -2.",
+            ),
+            (
+                json!({"frequency_penalty": 3}),
+                "frequency_penalty must be in [-2, 2], got 3.",
+            ),
+            (
+                json!({"presence_penalty": -2.5}),
+                "presence_penalty must be in [-2, 2], got -2.5.",
+            ),
+            (
+                json!({"repetition_penalty": 0}),
+                "repetition_penalty must be in (0, 2] (1.0 = no penalty), got 0.",
+            ),
+            (
+                json!({"min_new_tokens": -1}),
+                "min_new_tokens must be in [0, max_new_tokens], got -1.",
+            ),
+            (
+                json!({"min_new_tokens": 200}),
+                "min_new_tokens must be in [0, max_new_tokens(128)], got 200.",
+            ),
+            (
+                json!({"min_new_tokens": 5, "max_new_tokens": 4}),
+                "min_new_tokens must be in [0, max_new_tokens(4)], got 5.",
+            ),
+            (
+                json!({"max_new_tokens": -1}),
+                "max_new_tokens must be at least 0, got -1.",
+            ),
+            (
+                json!({"logit_bias": {"100": 1.0}}),
+                "logit_bias must has keys in [0, 99], got 100.",
+            ),
+            (
+                json!({"logit_bias": {"x": 1.0}}),
+                "invalid literal for int() with base 10: 'x'",
+            ),
+            (
+                json!({"regex": "a", "ebnf": "b"}),
+                "Only one of regex, json_schema, or ebnf can be set.",
+            ),
+            (
+                json!({"stop": "x"}),
+                "stop=['x'] is unavailable when skip_tokenizer_init=True (requires tokenizer to decode tokens to text for matching).",
+            ),
+            (
+                json!({"stop": ["</search>", "</answer>"], "temperature": -1}),
+                "stop=['</search>', '</answer>'] is unavailable when skip_tokenizer_init=True (requires tokenizer to decode tokens to text for matching).",
+            ),
+            (
+                json!({"stop_regex": "a+"}),
+                "stop_regex=['a+'] is unavailable when skip_tokenizer_init=True (requires tokenizer to decode tokens to text for matching).",
+            ),
+        ];
+        for (sp, want) in cases {
+            assert_eq!(verify(sp.clone()), Err(want.to_owned()), "{sp}");
+        }
+    }
+
+    #[test]
+    fn defaults_and_nulls_pass() {
+        for sp in [
+            json!({}),
+            json!({"temperature": 0, "top_k": 0}),
+            json!({"top_k": -1, "stop": null, "stop_token_ids": null, "stop": []}),
+            json!({"temperature": null, "top_p": null, "top_k": null, "min_p": null, "n": null, "max_new_tokens": null, "min_new_tokens": null, "ignore_eos": null}),
+            json!({"min_new_tokens": 500, "max_new_tokens": null}),
+            json!({"logit_bias": {" 5 ": -1.0, "1_0": 2.0}}),
+        ] {
+            assert_eq!(verify(sp.clone()), Ok(()), "{sp}");
+        }
+    }
+
+    #[test]
+    fn typed_reads() {
+        let obj = json!({"max_new_tokens": null, "stop_token_ids": [2, null, 5, 2, -1], "top_k": -1, "sampling_seed": 43})
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        let p = SamplingParams::read(&obj, "sp").expect("valid");
+        assert_eq!(p.max_new_tokens, None);
+        assert_eq!(p.stop_token_ids, vec![2, 5]);
+        assert_eq!(p.top_k(), None);
+        assert_eq!(p.seed, Some(43));
+        let bad = json!({"temperature": "hot"})
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        assert!(matches!(
+            SamplingParams::read(&bad, "sp"),
+            Err(GenerateError::Schema { .. })
+        ));
+    }
+}
