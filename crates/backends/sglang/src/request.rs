@@ -89,6 +89,7 @@ pub(crate) fn parse(input: &ParseInput<'_>) -> Result<GenerateRequest, Rejection
     let stream = req_bool(&obj, "stream", false)?;
     let reject = |error: GenerateError| Rejection { error, stream };
     let fields = Fields::read(&obj).map_err(reject)?;
+    check_other_types(&obj).map_err(reject)?;
     let client_id = match &fields.rid {
         Some(OneOrList::One(rid)) => Some((*rid).to_owned()),
         _ => input
@@ -184,6 +185,21 @@ impl<'a> Fields<'a> {
             max_thinking_tokens: opt_int(obj, "max_thinking_tokens")?,
         })
     }
+}
+
+/// Type checks (pydantic) of fields genfront does not otherwise use.
+fn check_other_types(obj: &Obj) -> Result<(), GenerateError> {
+    req_bool(obj, "return_text_in_logprobs", false)?;
+    req_bool(obj, "log_metrics", true)?;
+    opt_one_or_list(obj, "bootstrap_room", |v, path| {
+        if v.is_null() {
+            Ok(())
+        } else {
+            json::int_of(v, path).map(|_| ())
+        }
+    })?;
+    opt_int(obj, "disagg_prefill_dp_rank")?;
+    Ok(())
 }
 
 /// `return_hidden_states` (`bool`, a mode string, or a per-item list): whether any item asks for
@@ -415,7 +431,7 @@ fn batch_rows(
         ))
     };
     // _expand_inputs
-    let ids: Option<Vec<Vec<i64>>> = match (kind, &f.input_ids) {
+    let mut ids: Option<Vec<Vec<i64>>> = match (kind, &f.input_ids) {
         (InputKind::Embeds, _) | (InputKind::Text { with_ids: false }, _) | (_, None) => None,
         (_, Some(TokenLists::Nested(rows))) => Some(rows.clone()),
         // A single prompt fanned out by `n > 1` becomes a batch of one.
@@ -534,7 +550,10 @@ fn batch_rows(
         .map(|b| Row {
             b,
             rid: if n > 1 { None } else { rids.get(b).cloned() },
-            ids: ids.as_ref().and_then(|rows| rows.get(b).cloned()),
+            ids: ids
+                .as_mut()
+                .and_then(|rows| rows.get_mut(b))
+                .map(std::mem::take),
             return_logprob: f
                 .return_logprob
                 .as_ref()

@@ -1,0 +1,198 @@
+//! Property: for random requests and random engine deltas, the last cumulative chunk of each item
+//! equals its unary body, and so do the incremental chunks folded together (timing fields, the
+//! per-run rids and the stream `index` aside).
+
+use genfront_protocol::{FinishReason, StopMatch};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+#[derive(Debug, Clone)]
+struct Case {
+    prompts: Vec<Vec<u32>>,
+    nested: bool,
+    n: usize,
+    return_logprob: bool,
+    start: i64,
+    top: u32,
+    token_ids: Option<Vec<u32>>,
+    routed: bool,
+    prompt_ids: bool,
+    mask: bool,
+    scripts: Vec<(Vec<usize>, u8)>,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    (
+        prop::collection::vec(prop::collection::vec(0u32..1000, 1..6), 1..4),
+        any::<bool>(),
+        1usize..3,
+        any::<bool>(),
+        -1i64..3,
+        0u32..3,
+        prop::option::of(prop::collection::vec(0u32..1000, 1..3)),
+        (any::<bool>(), any::<bool>(), any::<bool>()),
+        prop::collection::vec((prop::collection::vec(0usize..3, 1..5), 0u8..5), 9),
+    )
+        .prop_map(
+            |(
+                prompts,
+                nested,
+                n,
+                return_logprob,
+                start,
+                top,
+                token_ids,
+                (routed, prompt_ids, mask),
+                scripts,
+            )| Case {
+                nested: nested || prompts.len() > 1,
+                prompts,
+                n,
+                return_logprob,
+                start,
+                top,
+                token_ids,
+                routed,
+                prompt_ids,
+                mask,
+                scripts,
+            },
+        )
+}
+
+fn body(c: &Case, stream: bool) -> String {
+    let input_ids = if c.nested {
+        json!(c.prompts)
+    } else {
+        json!(c.prompts[0])
+    };
+    let min_len = c.prompts.iter().map(Vec::len).min().unwrap_or(1) as i64;
+    let mut b = json!({
+        "rid": "p",
+        "input_ids": input_ids,
+        "sampling_params": {"n": c.n, "max_new_tokens": 64, "temperature": 0.5},
+        "return_logprob": c.return_logprob,
+        "logprob_start_len": c.start.min(min_len - 1),
+        "top_logprobs_num": c.top,
+        "return_routed_experts": c.routed,
+        "return_prompt_token_ids": c.prompt_ids,
+        "return_sampling_mask": c.mask,
+        "stream": stream,
+    });
+    if let Some(t) = &c.token_ids {
+        b["token_ids_logprob"] = json!(t);
+    }
+    b.to_string()
+}
+
+fn script(c: &Case, i: usize) -> Script {
+    let (chunks, f) = &c.scripts[i % c.scripts.len()];
+    let total: usize = chunks.iter().sum();
+    let finish = match f {
+        0 => FinishReason::Length {
+            length: total as u32,
+        },
+        1 => FinishReason::Eos { token_id: 2 },
+        2 => FinishReason::Stop {
+            matched: StopMatch::TokenId(5),
+        },
+        3 => FinishReason::Stop {
+            matched: StopMatch::Text("x\"y".into()),
+        },
+        _ => FinishReason::Cancelled {
+            message: "Aborted".into(),
+        },
+    };
+    Script {
+        chunks: chunks.clone(),
+        finish,
+        seed: i as u32,
+        cached_tokens: i as u32,
+    }
+}
+
+fn strip(mut v: Value) -> Value {
+    if let Some(o) = v.as_object_mut() {
+        o.remove("index");
+        if let Some(m) = o.get_mut("meta_info").and_then(Value::as_object_mut) {
+            for k in ["id", "e2e_latency", "response_sent_to_client_ts"] {
+                m.remove(k);
+            }
+        }
+    }
+    v
+}
+
+const DELTA_KEYS: &[&str] = &[
+    "output_token_logprobs",
+    "output_top_logprobs",
+    "output_token_ids_logprobs",
+];
+
+fn fold(chunks: &[Value]) -> Value {
+    let mut acc = chunks[0].clone();
+    for c in &chunks[1..] {
+        let mut ids = acc["output_ids"].as_array().unwrap().clone();
+        ids.extend(c["output_ids"].as_array().unwrap().iter().cloned());
+        let mut meta = c["meta_info"].clone();
+        for k in DELTA_KEYS {
+            if let Some(new) = c["meta_info"].get(*k) {
+                let mut all = acc["meta_info"][*k].as_array().unwrap().clone();
+                all.extend(new.as_array().unwrap().iter().cloned());
+                meta[*k] = Value::Array(all);
+            }
+        }
+        let mut next = c.clone();
+        next["output_ids"] = Value::Array(ids);
+        next["meta_info"] = meta;
+        acc = next;
+    }
+    acc
+}
+
+fn per_item(chunks: &[Value], items: usize, batch: bool) -> Vec<Vec<Value>> {
+    let mut out = vec![Vec::new(); items];
+    for c in chunks {
+        let i = if batch {
+            c["index"].as_u64().unwrap() as usize
+        } else {
+            0
+        };
+        out[i].push(c.clone());
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn streams_fold_to_the_unary_body(c in case()) {
+        let unary = unary_body(&run(prepared(&body(&c, false)), |i| script(&c, i)));
+        let items: Vec<Value> = match unary {
+            Value::Array(a) => a,
+            one => vec![one],
+        };
+        let batch = c.nested || c.n > 1;
+        prop_assert_eq!(items.len(), c.prompts.len() * c.n);
+
+        let cumulative = run(prepared(&body(&c, true)), |i| script(&c, i));
+        prop_assert!(matches!(cumulative.stream_end, Some(Ok(()))));
+        for (i, chunks) in per_item(&cumulative.chunks, items.len(), batch).iter().enumerate() {
+            prop_assert_eq!(chunks.len(), c.scripts[i % c.scripts.len()].0.len());
+            for (j, ch) in chunks.iter().enumerate() {
+                prop_assert_eq!(ch["meta_info"]["finish_reason"].is_null(), j + 1 < chunks.len());
+            }
+            prop_assert_eq!(strip(chunks.last().unwrap().clone()), strip(items[i].clone()));
+        }
+
+        let info = engine();
+        let p = prepare_with(&body(&c, true), &Default::default(), &info, true).unwrap();
+        let incremental = run(p, |i| script(&c, i));
+        for (i, chunks) in per_item(&incremental.chunks, items.len(), batch).iter().enumerate() {
+            prop_assert_eq!(strip(fold(chunks)), strip(items[i].clone()));
+        }
+    }
+}
