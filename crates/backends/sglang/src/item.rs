@@ -149,24 +149,40 @@ pub(crate) fn validate_and_expand(
         }
         // SamplingParams(**sampling_params).normalize(None).verify(vocab_size)
         sampling.verify(vocab)?;
-        // Ranges SGLang leaves to the scheduler; genfront's engine contract needs them checked.
-        let Ok(logprob_start_len) = i64::try_from(row.logprob_start_len) else {
-            return invalid(bad_start_len(row.logprob_start_len));
-        };
-        if logprob_start_len < -1 {
-            return invalid(bad_start_len(row.logprob_start_len));
-        }
-        let Ok(top_logprobs_num) = u32::try_from(row.top_logprobs_num) else {
-            return invalid(format!(
-                "top_logprobs_num must be a non-negative integer, got {}.",
-                row.top_logprobs_num
-            ));
+        // The scheduler's checks (`Scheduler.handle_generate_request`), run up front here.
+        let (logprob_start_len, top_logprobs_num) = if row.return_logprob {
+            let start = row.logprob_start_len;
+            if start < -1 {
+                return invalid(format!(
+                    "logprob_start_len must be -1 (output tokens only) or a non-negative prompt position, got {start}."
+                ));
+            }
+            let prefill_only = sampling.max_new_tokens == Some(0);
+            if start >= input_tokens && !prefill_only {
+                return invalid(format!(
+                    "req.logprob_start_len={start} is higher than the number of input tokens len(req.origin_input_ids)={input_tokens}. Please use a smaller logprob_start_len."
+                ));
+            }
+            let Ok(top) = u32::try_from(row.top_logprobs_num) else {
+                return invalid(format!(
+                    "top_logprobs_num must be a non-negative integer, got {}.",
+                    row.top_logprobs_num
+                ));
+            };
+            (i64::try_from(start).unwrap_or(i64::MAX), top)
+        } else {
+            (-1, 0)
         };
         let routed_experts_start = match u32::try_from(f.routed_experts_start_len) {
             Ok(s) if i128::from(s) <= input_tokens => s,
-            _ => {
+            Ok(s) => {
                 return invalid(format!(
-                    "routed_experts_start_len must be in [0, {input_tokens}] (the prompt length), got {}.",
+                    "routed_experts_start_len={s} is higher than the number of input tokens {input_tokens}. Please use a smaller routed_experts_start_len."
+                ));
+            }
+            Err(_) => {
+                return invalid(format!(
+                    "routed_experts_start_len must be non-negative, got {}.",
                     f.routed_experts_start_len
                 ));
             }
@@ -206,12 +222,6 @@ pub(crate) fn validate_and_expand(
         }
     }
     Ok(specs)
-}
-
-fn bad_start_len(v: i128) -> String {
-    format!(
-        "logprob_start_len must be -1 (output tokens only) or a non-negative prompt position, got {v}."
-    )
 }
 
 /// `max_new_tokens + input_tokens` printed as Python prints the sum (a float stays a float).

@@ -75,9 +75,11 @@ fn validation_messages() {
         (r#"{"input_ids":[1],"sampling_params":{"max_new_tokens":-1}}"#.into(), "max_new_tokens must be at least 0, got -1.".into()),
         (r#"{"input_ids":[1],"sampling_params":{"logit_bias":{"1000":1}}}"#.into(), "logit_bias must has keys in [0, 999], got 1000.".into()),
         (r#"{"input_ids":[1],"sampling_params":{"json_schema":"{}","regex":"a"}}"#.into(), "Only one of regex, json_schema, or ebnf can be set.".into()),
-        (r#"{"input_ids":[1],"logprob_start_len":-2}"#.into(), "logprob_start_len must be -1 (output tokens only) or a non-negative prompt position, got -2.".into()),
-        (r#"{"input_ids":[1],"top_logprobs_num":-1}"#.into(), "top_logprobs_num must be a non-negative integer, got -1.".into()),
-        (r#"{"input_ids":[1,2],"return_routed_experts":true,"routed_experts_start_len":3}"#.into(), "routed_experts_start_len must be in [0, 2] (the prompt length), got 3.".into()),
+        (r#"{"input_ids":[1],"return_logprob":true,"logprob_start_len":-2}"#.into(), "logprob_start_len must be -1 (output tokens only) or a non-negative prompt position, got -2.".into()),
+        (r#"{"input_ids":[1,2,3],"return_logprob":true,"logprob_start_len":3}"#.into(), "req.logprob_start_len=3 is higher than the number of input tokens len(req.origin_input_ids)=3. Please use a smaller logprob_start_len.".into()),
+        (r#"{"input_ids":[1],"return_logprob":true,"top_logprobs_num":-1}"#.into(), "top_logprobs_num must be a non-negative integer, got -1.".into()),
+        (r#"{"input_ids":[1,2],"return_routed_experts":true,"routed_experts_start_len":3}"#.into(), "routed_experts_start_len=3 is higher than the number of input tokens 2. Please use a smaller routed_experts_start_len.".into()),
+        (r#"{"input_ids":[1,2],"return_routed_experts":true,"routed_experts_start_len":-1}"#.into(), "routed_experts_start_len must be non-negative, got -1.".into()),
         (r#"{"input_ids":[1],"sampling_params":{"beam_width":2}}"#.into(), "Beam search (sampling_params.beam_width > 1) is not supported by genfront's engines.".into()),
     ];
     for (body, message) in &cases {
@@ -274,6 +276,13 @@ fn defaults_and_explicit_nulls() {
     // token_ids_logprob without return_logprob is validated but not projected.
     let p = prepared(r#"{"input_ids":[1],"token_ids_logprob":[3]}"#);
     assert!(p.subs[0].request.output.token_ids_logprobs.is_empty());
+    // Without return_logprob the logprob knobs are ignored (SGLang resets them in the scheduler).
+    let p = prepared(r#"{"input_ids":[1],"logprob_start_len":-5,"top_logprobs_num":-1}"#);
+    assert_eq!(p.subs[0].request.output.prompt_logprobs, None);
+    // A prefill-only (max_new_tokens 0) scoring request may start at the prompt's end.
+    prepared(
+        r#"{"input_ids":[1,2],"return_logprob":true,"logprob_start_len":2,"sampling_params":{"max_new_tokens":0}}"#,
+    );
     // temperature 0 is greedy; top_k 0 is then fine (SGLang rewrites top_k to 1).
     let p = prepared(r#"{"input_ids":[1],"sampling_params":{"temperature":0,"top_k":0}}"#);
     assert!(p.subs[0].request.sampling.is_greedy());
