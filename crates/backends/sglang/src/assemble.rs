@@ -12,10 +12,11 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use base64::Engine as _;
 use bytes::Bytes;
 use genfront_format::{Assembler, GenerateError, NativeResponse};
-use genfront_protocol::{EngineError, EngineOutput, ErrorKind, FinishReason, Usage};
+use genfront_protocol::{Candidate, EngineError, EngineOutput, ErrorKind, FinishReason, Usage};
 use http::StatusCode;
 use serde_json::Value;
 
+use crate::flat::{self, FlatTop};
 use crate::json::Obj;
 use crate::render;
 
@@ -32,6 +33,10 @@ pub(crate) struct SubConfig {
     pub return_logprob: bool,
     /// `top_logprobs_num > 0` (adds `*_top_logprobs`).
     pub top_logprobs: bool,
+    /// `top_logprobs_num` (the row width of the flat prompt top-logprobs).
+    pub top_logprobs_num: u32,
+    /// The prompt top-logprob form (`return_flat_raw_top_logprobs[_b64]`).
+    pub flat_top: FlatTop,
     /// `token_ids_logprob` set (adds `*_token_ids_logprobs`).
     pub token_ids_logprob: bool,
     /// `return_sampling_mask`.
@@ -89,6 +94,10 @@ struct Sub {
     in_lp: Vec<u8>,
     in_top: Vec<u8>,
     in_tid: Vec<u8>,
+    /// Raw prompt top candidates, kept only for the flat form.
+    in_top_raw: Vec<Option<Vec<Candidate>>>,
+    /// The flat prompt top-logprob fields (`None`: nested form).
+    in_top_flat: Option<Vec<u8>>,
     mask: Rendered,
     mask_seen: bool,
     experts: Option<(u32, u32, Vec<i32>)>,
@@ -114,6 +123,14 @@ const OWNED_META_KEYS: &[&str] = &[
     "output_token_logprobs_length",
     "input_top_logprobs",
     "output_top_logprobs",
+    "input_top_logprobs_val_flat",
+    "input_top_logprobs_idx_flat",
+    "input_top_logprobs_val_flat_b64",
+    "input_top_logprobs_idx_flat_b64",
+    "input_top_logprobs_val_flat_b64_dtype",
+    "input_top_logprobs_idx_flat_b64_dtype",
+    "input_top_logprobs_shape",
+    "input_top_logprobs_null_prefix",
     "input_token_ids_logprobs",
     "output_token_ids_logprobs",
     "output_token_sampling_mask",
@@ -202,8 +219,13 @@ impl SglangAssembler {
             buf.extend_from_slice(b",\"output_token_logprobs_length\":");
             render::json(buf, &s.out_lp.count);
             if c.top_logprobs {
-                buf.extend_from_slice(b",\"input_top_logprobs\":");
-                render::list(buf, &s.in_top);
+                if let Some(flat) = &s.in_top_flat {
+                    buf.push(b',');
+                    buf.extend_from_slice(flat);
+                } else {
+                    buf.extend_from_slice(b",\"input_top_logprobs\":");
+                    render::list(buf, &s.in_top);
+                }
                 buf.extend_from_slice(b",\"output_top_logprobs\":");
                 render::list(buf, out(&s.out_top, marks.map(|m| m.top)));
             }
@@ -340,6 +362,21 @@ impl SglangAssembler {
                     c.token_ids_logprob,
                 );
             }
+        }
+        if c.return_logprob
+            && c.top_logprobs
+            && c.flat_top != FlatTop::Nested
+            && (output.prompt_logprobs.is_some() || s.in_top_flat.is_none())
+        {
+            if let Some(prompt) = &output.prompt_logprobs {
+                s.in_top_raw.extend(
+                    prompt
+                        .entries
+                        .iter()
+                        .map(|e| e.as_ref().map(|e| e.top.clone())),
+                );
+            }
+            s.in_top_flat = flat::fields(&s.in_top_raw, c.top_logprobs_num, c.flat_top);
         }
         if c.sampling_mask
             && let Some(masks) = &output.sampling_mask

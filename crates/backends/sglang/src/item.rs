@@ -11,6 +11,7 @@ use serde_json::{Number, Value};
 
 use crate::FORMAT_NAME;
 use crate::assemble::SubConfig;
+use crate::flat::FlatTop;
 use crate::json::{Obj, number_to_int};
 use crate::pyfmt::{PyNum, int_list_repr};
 use crate::request::{Fields, InputKind, Row, fresh_rid};
@@ -43,6 +44,8 @@ pub(crate) struct ItemSpec {
     pub logprob_start_len: i64,
     /// `top_logprobs_num`.
     pub top_logprobs_num: u32,
+    /// The prompt top-logprob form (`return_flat_raw_top_logprobs[_b64]`).
+    pub flat_top: FlatTop,
     /// `token_ids_logprob` after SGLang's normalization (`[]` and `null` → `None`).
     pub token_ids_logprob: Option<Vec<u32>>,
     /// `return_sampling_mask`.
@@ -212,6 +215,11 @@ pub(crate) fn validate_and_expand(
                 return_logprob: row.return_logprob,
                 logprob_start_len,
                 top_logprobs_num,
+                flat_top: match (f.flat_top_logprobs, f.flat_top_logprobs_b64) {
+                    (false, _) => FlatTop::Nested,
+                    (true, false) => FlatTop::Plain,
+                    (true, true) => FlatTop::Base64,
+                },
                 token_ids_logprob: token_ids_logprob.clone(),
                 return_sampling_mask: row.return_sampling_mask,
                 routed_experts: f.routed_experts,
@@ -420,6 +428,8 @@ impl Item {
             },
             return_logprob: s.return_logprob,
             top_logprobs: s.return_logprob && s.top_logprobs_num > 0,
+            top_logprobs_num: s.top_logprobs_num,
+            flat_top: s.flat_top,
             token_ids_logprob: s.return_logprob && s.token_ids_logprob.is_some(),
             sampling_mask: s.return_sampling_mask,
             routed_experts: s.routed_experts,

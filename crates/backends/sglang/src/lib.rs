@@ -17,6 +17,7 @@
 mod abort;
 mod assemble;
 mod errors;
+mod flat;
 mod item;
 mod json;
 mod pyfmt;

@@ -20,6 +20,7 @@ struct Case {
     routed: bool,
     prompt_ids: bool,
     mask: bool,
+    flat: u8,
     scripts: Vec<(Vec<usize>, u8)>,
 }
 
@@ -32,7 +33,7 @@ fn case() -> impl Strategy<Value = Case> {
         -1i64..3,
         0u32..3,
         prop::option::of(prop::collection::vec(0u32..1000, 1..3)),
-        (any::<bool>(), any::<bool>(), any::<bool>()),
+        (any::<bool>(), any::<bool>(), any::<bool>(), 0u8..3),
         prop::collection::vec((prop::collection::vec(0usize..3, 1..5), 0u8..5), 9),
     )
         .prop_map(
@@ -44,7 +45,7 @@ fn case() -> impl Strategy<Value = Case> {
                 start,
                 top,
                 token_ids,
-                (routed, prompt_ids, mask),
+                (routed, prompt_ids, mask, flat),
                 scripts,
             )| Case {
                 nested: nested || prompts.len() > 1,
@@ -57,6 +58,7 @@ fn case() -> impl Strategy<Value = Case> {
                 routed,
                 prompt_ids,
                 mask,
+                flat,
                 scripts,
             },
         )
@@ -79,6 +81,8 @@ fn body(c: &Case, stream: bool) -> String {
         "return_routed_experts": c.routed,
         "return_prompt_token_ids": c.prompt_ids,
         "return_sampling_mask": c.mask,
+        "return_flat_raw_top_logprobs": c.flat > 0,
+        "return_flat_raw_top_logprobs_b64": c.flat > 1,
         "stream": stream,
     });
     if let Some(t) = &c.token_ids {

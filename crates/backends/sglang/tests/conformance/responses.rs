@@ -472,3 +472,47 @@ fn stream_error_events() {
         json!({"error": {"message": "Service temporarily overloaded", "type": "service_unavailable", "code": 503, "retryable": true}})
     );
 }
+
+#[test]
+fn flat_prompt_top_logprobs() {
+    let p = prepared(
+        r#"{"input_ids":[11,12,13],"return_logprob":true,"logprob_start_len":0,"top_logprobs_num":2,"return_flat_raw_top_logprobs":true}"#,
+    );
+    let body = unary_body(&run(p, |_| Script::tokens(1)));
+    let meta = &body["meta_info"];
+    assert!(meta.get("input_top_logprobs").is_none());
+    assert_eq!(
+        keys(meta)[5..13],
+        [
+            "input_token_logprobs",
+            "output_token_logprobs",
+            "output_token_logprobs_length",
+            "input_top_logprobs_val_flat",
+            "input_top_logprobs_idx_flat",
+            "input_top_logprobs_shape",
+            "input_top_logprobs_null_prefix",
+            "output_top_logprobs"
+        ]
+    );
+    assert_eq!(meta["input_top_logprobs_shape"], json!([2, 2]));
+    assert_eq!(meta["input_top_logprobs_null_prefix"], 1);
+    assert_eq!(
+        meta["input_top_logprobs_val_flat"]
+            .as_array()
+            .unwrap()
+            .len(),
+        4
+    );
+
+    let p = prepared(
+        r#"{"input_ids":[11,12,13],"return_logprob":true,"logprob_start_len":0,"top_logprobs_num":2,"return_flat_raw_top_logprobs":true,"return_flat_raw_top_logprobs_b64":true}"#,
+    );
+    let body = unary_body(&run(p, |_| Script::tokens(1)));
+    let meta = &body["meta_info"];
+    let vals = base64::engine::general_purpose::STANDARD
+        .decode(meta["input_top_logprobs_val_flat_b64"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(vals.len(), 2 * 2 * 4);
+    assert_eq!(meta["input_top_logprobs_val_flat_b64_dtype"], "float32");
+    assert_eq!(meta["input_top_logprobs_idx_flat_b64_dtype"], "int32");
+}
