@@ -1,0 +1,461 @@
+//! Phase *assemble*: engine deltas → vLLM 0.33.0 `GenerateTokensResponse` (unary) or
+//! `GenerateTokensStreamResponse` SSE chunks (`token_in_token_out/serving.py`, spec §6–§7).
+//!
+//! Field order follows the pydantic models (`model_dump()` puts base-class fields first), and
+//! `null`s are present where vLLM writes them: every field in the unary body; in stream chunks
+//! everything except `prompt_token_ids` / `mm_placeholders` / `metrics` when null; the final
+//! usage chunk with `exclude_none`.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use genfront_format::{Assembler, GenerateError, NativeResponse};
+use genfront_protocol::{
+    EngineError, EngineOutput, ErrorKind, FinishReason, PromptLogprobs, StopMatch, TokenLogprob,
+};
+use http::StatusCode;
+use serde::ser::SerializeMap;
+use serde::{Serialize, Serializer};
+use serde_json::Value;
+
+use crate::logprobs::{LogprobMode, Logprobs, Positions, PromptLogprobsJson};
+use crate::npy::routed_experts_b64;
+
+/// What a response needs to know about its request.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ResponseConfig {
+    /// `generate-tokens-<id>`.
+    pub request_id: String,
+    /// Served model or LoRA name.
+    pub model: String,
+    /// Number of choices.
+    pub n: u32,
+    /// SSE or one JSON body.
+    pub stream: bool,
+    /// `stream_options.include_usage`.
+    pub include_usage: bool,
+    /// `stream_options.continuous_usage_stats`.
+    pub continuous_usage: bool,
+    /// Output logprobs, when requested.
+    pub logprobs: Option<LogprobMode>,
+    /// Prompt logprobs top-k, when requested.
+    pub prompt_logprobs: Option<usize>,
+    /// Prompt length in tokens.
+    pub prompt_len: u32,
+    /// `return_token_ids`: the prompt ids and the `mm_placeholders` to echo.
+    pub return_token_ids: Option<(Vec<u32>, Option<Value>)>,
+    /// Emulate `--enable-prompt-tokens-details` (report `cached_tokens`).
+    pub prompt_tokens_details: bool,
+}
+
+#[derive(Debug, Default)]
+struct Choice {
+    token_ids: Vec<u32>,
+    logprobs: Vec<Option<TokenLogprob>>,
+    routed: Option<(u32, u32, Vec<i32>)>,
+    mask: Option<Vec<Vec<u32>>>,
+    weight_versions: Option<Value>,
+    finish: Option<FinishReason>,
+    completion_tokens: u32,
+}
+
+/// The vLLM [`Assembler`].
+#[derive(Debug)]
+pub(crate) struct VllmAssembler {
+    cfg: ResponseConfig,
+    created: u64,
+    choices: Vec<Choice>,
+    prompt_logprobs: Option<PromptLogprobs>,
+    kv_transfer_params: Option<Value>,
+    ec_transfer_params: Option<Value>,
+    cached_tokens: Option<u32>,
+    prompt_ids_sent: bool,
+}
+
+impl VllmAssembler {
+    pub(crate) fn new(cfg: ResponseConfig) -> Self {
+        let created = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let choices = (0..cfg.n).map(|_| Choice::default()).collect();
+        Self {
+            cfg,
+            created,
+            choices,
+            prompt_logprobs: None,
+            kv_transfer_params: None,
+            ec_transfer_params: None,
+            cached_tokens: None,
+            prompt_ids_sent: false,
+        }
+    }
+
+    fn usage(&self, completion_tokens: u32, details: bool, exclude_none: bool) -> UsageJson {
+        UsageJson {
+            prompt_tokens: self.cfg.prompt_len,
+            completion_tokens,
+            cached_tokens: self
+                .cached_tokens
+                .filter(|_| details && self.cfg.prompt_tokens_details),
+            exclude_none,
+        }
+    }
+
+    fn stream_chunk(
+        &mut self,
+        out: &EngineOutput,
+        events: &mut Vec<Bytes>,
+    ) -> Result<(), GenerateError> {
+        let index = out.index as usize;
+        let completion = self.choices.get(index).map_or(0, |c| c.completion_tokens);
+        let usage = self
+            .cfg
+            .continuous_usage
+            .then(|| self.usage(completion, false, false));
+        let (prompt_ids, placeholders) = match (&self.cfg.return_token_ids, self.prompt_ids_sent) {
+            (Some((ids, mm)), false) => (Some(ids.as_slice()), mm.as_ref()),
+            _ => (None, None),
+        };
+        let (finish_reason, stop_reason) = finish_fields(out.finish_reason.as_ref());
+        let weight_versions = out
+            .finish_reason
+            .as_ref()
+            .and_then(|_| self.choices.get(index))
+            .and_then(|c| c.weight_versions.as_ref());
+        let chunk = StreamChunk {
+            request_id: &self.cfg.request_id,
+            usage,
+            prompt_token_ids: prompt_ids,
+            mm_placeholders: placeholders,
+            output_mode: "tokens",
+            choices: [ChoiceJson {
+                index: out.index,
+                finish_reason,
+                stop_reason,
+                token_ids: &out.token_ids,
+                routed_experts: out
+                    .routed_experts
+                    .as_ref()
+                    .map(|r| routed_experts_b64(r.num_layers, r.top_k, &r.ids)),
+                sampling_mask: out.sampling_mask.as_deref(),
+                weight_versions,
+                logprobs: self.cfg.logprobs.map(|mode| Logprobs {
+                    tokens: &out.token_ids,
+                    positions: Positions::Delta(out.logprobs.as_deref()),
+                    mode,
+                }),
+            }],
+        };
+        events.push(to_bytes(&chunk)?);
+        self.prompt_ids_sent = true;
+        Ok(())
+    }
+
+    fn gather(&mut self, out: EngineOutput) -> Result<(), GenerateError> {
+        let want_logprobs = self.cfg.logprobs.is_some();
+        let Some(choice) = self.choices.get_mut(out.index as usize) else {
+            return Err(contract("output for an unknown choice"));
+        };
+        let n = out.token_ids.len();
+        if want_logprobs {
+            let mut given = out.logprobs.unwrap_or_default().into_iter();
+            choice.logprobs.extend((0..n).map(|_| given.next()));
+        }
+        if choice.token_ids.is_empty() {
+            choice.token_ids = out.token_ids;
+        } else {
+            choice.token_ids.extend_from_slice(&out.token_ids);
+        }
+        if let Some(r) = out.routed_experts {
+            match &mut choice.routed {
+                None => choice.routed = Some((r.num_layers, r.top_k, r.ids)),
+                Some((layers, k, ids)) if *layers == r.num_layers && *k == r.top_k => {
+                    ids.extend(r.ids)
+                }
+                Some(_) => return Err(contract("routed experts changed shape within a choice")),
+            }
+        }
+        if let Some(mask) = out.sampling_mask {
+            choice.mask.get_or_insert_with(Vec::new).extend(mask);
+        }
+        Ok(())
+    }
+}
+
+fn contract(what: &str) -> GenerateError {
+    GenerateError::Internal(format!("engine output breaks the contract: {what}"))
+}
+
+fn to_bytes<T: Serialize>(value: &T) -> Result<Bytes, GenerateError> {
+    serde_json::to_vec(value)
+        .map(Bytes::from)
+        .map_err(|e| GenerateError::Internal(format!("serialising a response: {e}")))
+}
+
+/// vLLM's `finish_reason` and `stop_reason` for an engine finish.
+fn finish_fields(finish: Option<&FinishReason>) -> (Option<&'static str>, Option<StopReason<'_>>) {
+    match finish {
+        None => (None, None),
+        Some(FinishReason::Eos { .. }) => (Some("stop"), None),
+        Some(FinishReason::Stop { matched }) => (
+            Some("stop"),
+            Some(match matched {
+                StopMatch::TokenId(t) => StopReason::Id(*t),
+                StopMatch::Text(s) => StopReason::Text(s),
+            }),
+        ),
+        Some(FinishReason::Length { .. }) => (Some("length"), None),
+        Some(FinishReason::Cancelled { .. }) => (Some("abort"), None),
+        Some(FinishReason::Error { .. }) => (Some("error"), None),
+    }
+}
+
+impl Assembler for VllmAssembler {
+    fn on_output(
+        &mut self,
+        sub: usize,
+        mut out: EngineOutput,
+        events: &mut Vec<Bytes>,
+    ) -> Result<(), GenerateError> {
+        if sub != 0 {
+            return Err(contract("output for an unknown sub-request"));
+        }
+        let index = out.index as usize;
+        match self.choices.get(index) {
+            None => return Err(contract("choice index out of range")),
+            Some(c) if c.finish.is_some() => {
+                return Err(contract("output after the choice finished"));
+            }
+            Some(_) => {}
+        }
+        if let Some(FinishReason::Error { message }) = &out.finish_reason {
+            // `_raise_if_error`: a `GenerationError("Internal server error")`, HTTP 500.
+            return Err(GenerateError::Engine(EngineError::internal(
+                message.clone(),
+            )));
+        }
+        if let Some(h) = out.handoff.take() {
+            self.kv_transfer_params = Some(h);
+        }
+        if let Some(Value::Object(mut data)) = out.engine_data.take() {
+            if let Some(ec) = data.remove("ec_transfer_params").filter(|v| !v.is_null()) {
+                self.ec_transfer_params = Some(ec);
+            }
+            if let Some(wv) = data.remove("weight_versions").filter(|v| !v.is_null())
+                && let Some(c) = self.choices.get_mut(index)
+            {
+                c.weight_versions = Some(wv);
+            }
+        }
+        if let Some(u) = out.usage {
+            self.cached_tokens = Some(self.cached_tokens.unwrap_or(0).max(u.cached_tokens));
+        }
+        if let Some(p) = out.prompt_logprobs.take()
+            && self.prompt_logprobs.is_none()
+        {
+            self.prompt_logprobs = Some(p);
+        }
+        let added = u32::try_from(out.token_ids.len()).unwrap_or(u32::MAX);
+        if let Some(c) = self.choices.get_mut(index) {
+            c.completion_tokens = c.completion_tokens.saturating_add(added);
+        }
+        let finish = out.finish_reason.clone();
+        if self.cfg.stream {
+            // "Terminal outputs are always emitted"; other deltas without tokens are skipped.
+            if !out.token_ids.is_empty() || finish.is_some() {
+                self.stream_chunk(&out, events)?;
+            }
+        } else {
+            self.gather(out)?;
+        }
+        if let Some(c) = self.choices.get_mut(index) {
+            c.finish = finish;
+        }
+        Ok(())
+    }
+
+    fn finish_stream(&mut self, events: &mut Vec<Bytes>) -> Result<(), GenerateError> {
+        incomplete(&self.choices)?;
+        if self.cfg.include_usage {
+            let total = self
+                .choices
+                .iter()
+                .map(|c| c.completion_tokens)
+                .fold(0u32, u32::saturating_add);
+            let chunk = UsageChunk {
+                request_id: &self.cfg.request_id,
+                usage: self.usage(total, true, true),
+                output_mode: "tokens",
+                choices: [(); 0],
+            };
+            events.push(to_bytes(&chunk)?);
+        }
+        Ok(())
+    }
+
+    fn finish_unary(self: Box<Self>) -> Result<NativeResponse, GenerateError> {
+        incomplete(&self.choices)?;
+        let total = self
+            .choices
+            .iter()
+            .map(|c| c.completion_tokens)
+            .fold(0u32, u32::saturating_add);
+        let choices: Vec<ChoiceJson<'_>> = self
+            .choices
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let (finish_reason, stop_reason) = finish_fields(c.finish.as_ref());
+                ChoiceJson {
+                    index: i as u32,
+                    finish_reason: finish_reason.or(Some("stop")),
+                    stop_reason,
+                    token_ids: &c.token_ids,
+                    routed_experts: c
+                        .routed
+                        .as_ref()
+                        .map(|(l, k, ids)| routed_experts_b64(*l, *k, ids)),
+                    sampling_mask: c.mask.as_deref(),
+                    weight_versions: c.weight_versions.as_ref(),
+                    logprobs: self.cfg.logprobs.map(|mode| Logprobs {
+                        tokens: &c.token_ids,
+                        positions: Positions::Gathered(&c.logprobs),
+                        mode,
+                    }),
+                }
+            })
+            .collect();
+        let (prompt_ids, placeholders) = match &self.cfg.return_token_ids {
+            Some((ids, mm)) => (Some(ids.as_slice()), mm.as_ref()),
+            None => (None, None),
+        };
+        let body = UnaryResponse {
+            request_id: &self.cfg.request_id,
+            model: &self.cfg.model,
+            created: self.created,
+            usage: self.usage(total, true, false),
+            prompt_logprobs: self.cfg.prompt_logprobs.map(|k| PromptLogprobsJson {
+                prompt_len: self.cfg.prompt_len as usize,
+                data: self.prompt_logprobs.as_ref(),
+                k,
+            }),
+            prompt_token_id_logprobs: None,
+            prompt_token_ids: prompt_ids,
+            mm_placeholders: placeholders,
+            metrics: None,
+            kv_transfer_params: self.kv_transfer_params.as_ref(),
+            ec_transfer_params: self.ec_transfer_params.as_ref(),
+            output_mode: "tokens",
+            choices,
+        };
+        Ok(NativeResponse::json(StatusCode::OK, to_bytes(&body)?))
+    }
+}
+
+fn incomplete(choices: &[Choice]) -> Result<(), GenerateError> {
+    let unfinished = choices.iter().filter(|c| c.finish.is_none()).count();
+    if unfinished == 0 {
+        return Ok(());
+    }
+    Err(GenerateError::Engine(EngineError::new(
+        ErrorKind::StreamIncomplete,
+        format!(
+            "engine stream ended with {unfinished} of {} choices unfinished",
+            choices.len()
+        ),
+    )))
+}
+
+// === wire shapes ===
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum StopReason<'a> {
+    Id(u32),
+    Text(&'a str),
+}
+
+/// `UsageInfo` (`prompt_tokens, total_tokens, completion_tokens, prompt_tokens_details`, plus
+/// `completion_tokens_details` as spec §6.1 lists it).
+struct UsageJson {
+    prompt_tokens: u32,
+    completion_tokens: u32,
+    cached_tokens: Option<u32>,
+    exclude_none: bool,
+}
+
+#[derive(Serialize)]
+struct PromptTokensDetails {
+    cached_tokens: u32,
+}
+
+impl Serialize for UsageJson {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("prompt_tokens", &self.prompt_tokens)?;
+        map.serialize_entry(
+            "total_tokens",
+            &self.prompt_tokens.saturating_add(self.completion_tokens),
+        )?;
+        map.serialize_entry("completion_tokens", &self.completion_tokens)?;
+        let details = self
+            .cached_tokens
+            .map(|cached_tokens| PromptTokensDetails { cached_tokens });
+        if !self.exclude_none || details.is_some() {
+            map.serialize_entry("prompt_tokens_details", &details)?;
+        }
+        if !self.exclude_none {
+            map.serialize_entry("completion_tokens_details", &None::<()>)?;
+        }
+        map.end()
+    }
+}
+
+#[derive(Serialize)]
+struct ChoiceJson<'a> {
+    index: u32,
+    finish_reason: Option<&'static str>,
+    stop_reason: Option<StopReason<'a>>,
+    token_ids: &'a [u32],
+    routed_experts: Option<String>,
+    sampling_mask: Option<&'a [Vec<u32>]>,
+    weight_versions: Option<&'a Value>,
+    logprobs: Option<Logprobs<'a>>,
+}
+
+#[derive(Serialize)]
+struct StreamChunk<'a> {
+    request_id: &'a str,
+    usage: Option<UsageJson>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_token_ids: Option<&'a [u32]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mm_placeholders: Option<&'a Value>,
+    output_mode: &'static str,
+    choices: [ChoiceJson<'a>; 1],
+}
+
+#[derive(Serialize)]
+struct UsageChunk<'a> {
+    request_id: &'a str,
+    usage: UsageJson,
+    output_mode: &'static str,
+    choices: [(); 0],
+}
+
+#[derive(Serialize)]
+struct UnaryResponse<'a> {
+    request_id: &'a str,
+    model: &'a str,
+    created: u64,
+    usage: UsageJson,
+    prompt_logprobs: Option<PromptLogprobsJson<'a>>,
+    prompt_token_id_logprobs: Option<&'a str>,
+    prompt_token_ids: Option<&'a [u32]>,
+    mm_placeholders: Option<&'a Value>,
+    metrics: Option<&'a Value>,
+    kv_transfer_params: Option<&'a Value>,
+    ec_transfer_params: Option<&'a Value>,
+    output_mode: &'static str,
+    choices: Vec<ChoiceJson<'a>>,
+}

@@ -1,0 +1,128 @@
+//! vLLM's error envelope `{"error":{"message","type","param","code"}}` (`ErrorResponse` in
+//! `serve/engine/protocol.py`, spec §9.1), and constructors for vLLM's error kinds.
+
+use bytes::Bytes;
+use genfront_format::{CONTENT_TYPE_SSE, GenerateError, NativeResponse};
+use http::StatusCode;
+use serde::Serialize;
+
+/// A `VLLMValidationError`: HTTP 400, `"type": "BadRequestError"`. `str(exc)` appends
+/// ` (parameter=X, value=Y)` when raised with `parameter=`/`value=`, and vLLM sends `str(exc)`.
+pub(crate) fn validation(
+    message: impl Into<String>,
+    param: Option<&str>,
+    value: Option<String>,
+) -> GenerateError {
+    let mut message = message.into();
+    let mut extras = Vec::new();
+    if let Some(p) = param {
+        extras.push(format!("parameter={p}"));
+    }
+    if let Some(v) = value {
+        extras.push(format!("value={v}"));
+    }
+    if !extras.is_empty() {
+        message = format!("{message} ({})", extras.join(", "));
+    }
+    GenerateError::Validation {
+        message,
+        param: param.map(str::to_owned),
+    }
+}
+
+/// A plain `ValueError` / `create_error_response(str)`: 400 `BadRequestError`, `param: null`.
+pub(crate) fn bad_request(message: impl Into<String>) -> GenerateError {
+    GenerateError::Validation {
+        message: message.into(),
+        param: None,
+    }
+}
+
+/// vLLM's `type` for an error: the exception class name for vLLM errors, the HTTP phrase for
+/// schema errors and `HTTPException`s (spec §9.1).
+pub(crate) fn error_type(error: &GenerateError) -> &'static str {
+    match error {
+        GenerateError::Validation { .. } => "BadRequestError",
+        GenerateError::Schema { .. } => "Bad Request",
+        GenerateError::NotFound { .. } => "NotFoundError",
+        GenerateError::PayloadTooLarge { .. } => "Request Entity Too Large",
+        GenerateError::Overloaded => "Service Unavailable",
+        GenerateError::NoEngine => "ServiceUnavailableError",
+        GenerateError::Engine(_) => type_for_status(error.status()),
+        GenerateError::Internal(_) => "InternalServerError",
+    }
+}
+
+fn type_for_status(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        400 => "BadRequestError",
+        403 => "PermissionDeniedError",
+        404 => "NotFoundError",
+        422 => "UnprocessableEntityError",
+        501 => "NotImplementedError",
+        502 => "BadGatewayError",
+        503 => "ServiceUnavailableError",
+        s if (400..500).contains(&s) => "BadRequestError",
+        _ => "InternalServerError",
+    }
+}
+
+#[derive(Serialize)]
+struct Envelope<'a> {
+    error: Info<'a>,
+}
+
+#[derive(Serialize)]
+struct Info<'a> {
+    message: &'a str,
+    #[serde(rename = "type")]
+    kind: &'a str,
+    param: Option<&'a str>,
+    code: u16,
+}
+
+/// The JSON body `{"error":{"message","type","param","code"}}` for `error`. Internal details are
+/// never included: the message is [`GenerateError::public_message`].
+pub(crate) fn error_json(error: &GenerateError) -> Vec<u8> {
+    let message = error.public_message();
+    let envelope = Envelope {
+        error: Info {
+            message: &message,
+            kind: error_type(error),
+            param: error.param(),
+            code: error.status().as_u16(),
+        },
+    };
+    serde_json::to_vec(&envelope).unwrap_or_else(|_| {
+        br#"{"error":{"message":"Internal server error","type":"InternalServerError","param":null,"code":500}}"#
+            .to_vec()
+    })
+}
+
+/// Whether vLLM reports `error` inside an already-started SSE stream when the client asked for
+/// one: the engine's own request validation (`SamplingParams.verify`, prompt length) runs on the
+/// first step of the generator, after the 200 went out (spec §4.3, §9.1).
+fn reported_in_stream(error: &GenerateError) -> bool {
+    match error {
+        GenerateError::Validation { .. } => true,
+        GenerateError::Engine(e) => e.is_public(),
+        _ => false,
+    }
+}
+
+/// The native answer for `error` before any header went out.
+pub(crate) fn error_response(error: &GenerateError, stream: bool) -> NativeResponse {
+    let json = error_json(error);
+    if stream && reported_in_stream(error) {
+        let mut body = Vec::with_capacity(json.len() + 32);
+        body.extend_from_slice(b"data: ");
+        body.extend_from_slice(&json);
+        body.extend_from_slice(b"\n\ndata: [DONE]\n\n");
+        return NativeResponse {
+            status: StatusCode::OK,
+            content_type: CONTENT_TYPE_SSE,
+            body: Bytes::from(body),
+        };
+    }
+    NativeResponse::json(error.status(), json)
+}

@@ -1,0 +1,580 @@
+//! Phase *parse*: the body of `POST /inference/v1/generate` read the way FastAPI + pydantic read
+//! vLLM's `GenerateRequest` (`token_in_token_out/protocol.py`).
+//!
+//! The body stays a `serde_json::Map` (client key order, unknown keys included) that later becomes
+//! `EngineRequest.native`; typed fields are read from it by reference. Type errors are collected
+//! like pydantic collects them (every field, in declaration order) and reported together.
+
+use genfront_format::GenerateError;
+use http::HeaderMap;
+use serde_json::{Map, Value};
+
+use crate::features::{self, Features};
+use crate::fields::{Fields, int};
+use crate::schema::{
+    Issue, Loc, PyInt, child, json_decode_error, loc, schema_error, schema_error_text, to_bool,
+    to_float, to_int, to_str,
+};
+use crate::validate;
+
+/// `stream_options` (`StreamOptions` in `generate/base/protocol.py`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct StreamOptions {
+    /// Send a usage-only chunk before `[DONE]`.
+    pub include_usage: bool,
+    /// Put usage on every chunk.
+    pub continuous_usage_stats: bool,
+}
+
+/// `sampling_params` (vLLM `SamplingParams`), the keys genfront reads. Defaults are vLLM's.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Sampling {
+    pub n: PyInt,
+    pub presence_penalty: f64,
+    pub frequency_penalty: f64,
+    pub repetition_penalty: f64,
+    pub temperature: f64,
+    pub top_p: f64,
+    pub top_k: PyInt,
+    pub min_p: f64,
+    pub seed: Option<PyInt>,
+    pub stop: Vec<String>,
+    pub stop_token_ids: Vec<PyInt>,
+    pub ignore_eos: bool,
+    /// `None` when omitted *or* explicitly null (`max_tokens_provided` tells which).
+    pub max_tokens: Option<PyInt>,
+    /// Whether the client sent the `max_tokens` key (`is_sampling_param_provided`).
+    pub max_tokens_provided: bool,
+    pub min_tokens: PyInt,
+    pub logprobs: Option<PyInt>,
+    pub prompt_logprobs: Option<PyInt>,
+    pub prompt_logprob_token_ids: bool,
+    pub prompt_logprob_start: Option<PyInt>,
+    pub logprob_token_ids: Option<Vec<PyInt>>,
+    pub detokenize: bool,
+    pub stream_interval: Option<PyInt>,
+    pub bad_words: Vec<String>,
+    pub thinking_token_budget: Option<PyInt>,
+    pub routed_experts_prompt_start: PyInt,
+    pub logit_bias_ids: Vec<PyInt>,
+    pub allowed_token_ids: Option<Vec<PyInt>>,
+    /// Some integer in the params does not fit msgpack's 64-bit range.
+    pub overflow: bool,
+    /// `structured_outputs`: how many constraint kinds are set, and the dict's Python repr.
+    pub structured_outputs: Option<(usize, String)>,
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        Self {
+            n: PyInt::new(1),
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            repetition_penalty: 1.0,
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: PyInt::new(0),
+            min_p: 0.0,
+            seed: None,
+            stop: Vec::new(),
+            stop_token_ids: Vec::new(),
+            ignore_eos: false,
+            max_tokens: Some(PyInt::new(16)),
+            max_tokens_provided: false,
+            min_tokens: PyInt::new(0),
+            logprobs: None,
+            prompt_logprobs: None,
+            prompt_logprob_token_ids: false,
+            prompt_logprob_start: None,
+            logprob_token_ids: None,
+            detokenize: true,
+            stream_interval: None,
+            bad_words: Vec::new(),
+            thinking_token_budget: None,
+            routed_experts_prompt_start: PyInt::new(0),
+            logit_bias_ids: Vec::new(),
+            allowed_token_ids: None,
+            overflow: false,
+            structured_outputs: None,
+        }
+    }
+}
+
+/// The typed view of a `GenerateRequest` body.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct GenerateRequest {
+    pub request_id: Option<String>,
+    /// Prompt ids, clamped into `u32` (out-of-range ids are caught by `max_token_id`).
+    pub token_ids: Vec<u32>,
+    /// The largest prompt id as sent (for the out-of-vocabulary check).
+    pub max_token_id: PyInt,
+    pub features: Option<Features>,
+    pub content_parts: bool,
+    pub sampling: Sampling,
+    pub model: Option<String>,
+    pub return_token_ids: bool,
+    pub output_mode: String,
+    pub stream: bool,
+    pub stream_options: Option<StreamOptions>,
+    pub cache_salt: Option<String>,
+    pub priority: i64,
+    pub ec_transfer_params: bool,
+    /// Some integer in `kv_transfer_params` / `ec_transfer_params` does not fit 64 bits.
+    pub overflow: bool,
+}
+
+// === body decoding ===
+
+/// FastAPI's body handling: JSON is decoded when the `Content-Type` is absent or JSON-like;
+/// then vLLM's `validate_json_request` demands exactly `application/json`; an empty body is a
+/// missing body; a non-object body fails model validation.
+///
+/// # Errors
+/// The `Bad Request` schema error vLLM sends for each case.
+pub(crate) fn decode_body(
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Map<String, Value>, GenerateError> {
+    let content_type = headers
+        .get(http::header::CONTENT_TYPE)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).to_ascii_lowercase());
+    let jsonish = match &content_type {
+        None => true,
+        Some(ct) => {
+            let mime = ct.split(';').next().unwrap_or("").trim();
+            let (main, sub) = mime.split_once('/').unwrap_or((mime, ""));
+            main == "application" && (sub == "json" || sub.ends_with("+json"))
+        }
+    };
+    let mut parsed: Option<Value> = None;
+    if !body.is_empty() && jsonish {
+        match serde_json::from_slice::<Value>(body) {
+            Ok(v) => parsed = Some(v),
+            Err(e) => {
+                let decoded = json_decode_error(&e, body);
+                let mut issue = Issue::new(
+                    "json_invalid",
+                    vec![Loc::from("body"), Loc::Idx(decoded.pos)],
+                    "JSON decode error",
+                    &Value::Object(Map::new()),
+                );
+                issue.ctx = Some(format!(
+                    "{{'error': {}}}",
+                    crate::pyfmt::py_str(decoded.msg)
+                ));
+                return Err(schema_error(&[issue]));
+            }
+        }
+    }
+    let media = content_type
+        .as_deref()
+        .map(|ct| ct.split(';').next().unwrap_or(""))
+        .unwrap_or("");
+    if media != "application/json" {
+        return Err(schema_error_text(
+            "Unsupported Media Type: Only 'application/json' is allowed",
+        ));
+    }
+    match parsed {
+        None => Err(schema_error(&[Issue::missing(
+            loc(["body".into()]),
+            &Value::Null,
+        )])),
+        Some(Value::Object(map)) => Ok(map),
+        Some(other) => Err(schema_error(&[Issue::new(
+            "model_attributes_type",
+            loc(["body".into()]),
+            "Input should be a valid dictionary or object to extract fields from",
+            &other,
+        )])),
+    }
+}
+
+// === GenerateRequest ===
+
+/// Validate `body` as vLLM's `GenerateRequest`, running `SamplingParams.__post_init__` and the
+/// model validators in vLLM's order.
+///
+/// # Errors
+/// A `Bad Request` schema error for type errors and validator `ValueError`s, or the
+/// `BadRequestError` of a `SamplingParams` check (which aborts parsing like the exception does).
+pub(crate) fn parse(map: &Map<String, Value>) -> Result<GenerateRequest, GenerateError> {
+    // `mode="before"` validator: runs on the raw dict, before any field.
+    if let Some(salt) = map.get("cache_salt").filter(|v| !v.is_null())
+        && let Err(message) = validate::cache_salt(salt)
+    {
+        return Err(schema_error(&[Issue::value_error(
+            loc(["body".into()]),
+            message,
+            map,
+        )]));
+    }
+    let mut issues = Vec::new();
+    let mut f = Fields {
+        map,
+        base: loc(["body".into()]),
+        issues: &mut issues,
+    };
+
+    let request_id = f.with("request_id", |v| to_str(v).map(str::to_owned));
+    let (token_ids, max_token_id) = parse_token_ids(&mut f);
+    let features = match f.get("features") {
+        None | Some(Value::Null) => None,
+        Some(v) => features::parse(v, f.issues),
+    };
+    let content_parts = match f.get("content_parts") {
+        None | Some(Value::Null) => false,
+        Some(Value::Array(items)) => !items.is_empty(),
+        Some(other) => {
+            f.fail(
+                "content_parts",
+                ("list_type", "Input should be a valid list"),
+                other,
+            );
+            false
+        }
+    };
+    let sampling = match f.required("sampling_params") {
+        None => None,
+        Some(Value::Object(sp)) => {
+            let before = f.issues.len();
+            let base = child(&f.base, "sampling_params");
+            let mut sampling = parse_sampling(sp, base, f.issues);
+            if f.issues.len() == before {
+                // `SamplingParams.__post_init__` raises `VLLMValidationError`, which pydantic
+                // does not catch: it aborts validation of the whole request.
+                validate::post_init(&mut sampling)?;
+            }
+            Some(sampling)
+        }
+        Some(other) => {
+            f.fail(
+                "sampling_params",
+                ("dict_type", "Input should be a valid dictionary"),
+                other,
+            );
+            None
+        }
+    };
+    let model = f.opt("model", |v| to_str(v).map(str::to_owned));
+    f.opt("reasoning_ended", to_bool);
+    let return_token_ids = f.opt("return_token_ids", to_bool).unwrap_or(false);
+    let output_mode = f
+        .with("output_mode", |v| match v.as_str() {
+            Some(s @ ("tokens" | "text")) => Ok(s.to_owned()),
+            _ => Err(("literal_error", "Input should be 'tokens' or 'text'")),
+        })
+        .unwrap_or_else(|| "tokens".to_owned());
+    let stream = f.opt("stream", to_bool).unwrap_or(false);
+    let stream_options = parse_stream_options(&mut f);
+    let cache_salt = f.opt("cache_salt", |v| to_str(v).map(str::to_owned));
+    let priority = f
+        .with("priority", |v| {
+            let p = to_int(v)?;
+            if p.get() < i128::from(i64::MIN) {
+                Err((
+                    "greater_than_equal",
+                    "Input should be greater than or equal to -9223372036854775808",
+                ))
+            } else if p.get() > i128::from(i64::MAX) {
+                Err((
+                    "less_than_equal",
+                    "Input should be less than or equal to 9223372036854775807",
+                ))
+            } else {
+                Ok(p.get() as i64)
+            }
+        })
+        .unwrap_or(0);
+    let kv = f.opt_dict("kv_transfer_params");
+    let ec = f.opt_dict("ec_transfer_params");
+    let overflow = kv.is_some_and(|m| m.values().any(has_overflow))
+        || ec.is_some_and(|m| m.values().any(has_overflow));
+    let ec_transfer_params = ec.is_some_and(|m| !m.is_empty());
+
+    if !issues.is_empty() {
+        return Err(schema_error(&issues));
+    }
+    let request = GenerateRequest {
+        request_id,
+        token_ids,
+        max_token_id,
+        features,
+        content_parts,
+        sampling: sampling.unwrap_or_default(),
+        model,
+        return_token_ids,
+        output_mode,
+        stream,
+        stream_options,
+        cache_salt,
+        priority,
+        ec_transfer_params,
+        overflow,
+    };
+    // `mode="after"` model validators, in declaration order.
+    if let Err(message) = validate::model_validators(&request) {
+        return Err(schema_error(&[Issue::value_error(
+            loc(["body".into()]),
+            &message,
+            map,
+        )]));
+    }
+    Ok(request)
+}
+
+fn parse_token_ids(f: &mut Fields<'_, '_>) -> (Vec<u32>, PyInt) {
+    let mut max = PyInt::new(0);
+    let Some(v) = f.required("token_ids") else {
+        return (Vec::new(), max);
+    };
+    let Some(items) = v.as_array() else {
+        f.fail(
+            "token_ids",
+            ("list_type", "Input should be a valid list"),
+            v,
+        );
+        return (Vec::new(), max);
+    };
+    let base = child(&f.base, "token_ids");
+    let mut ids = Vec::with_capacity(items.len());
+    let (mut bad, mut negative) = (false, false);
+    for (i, item) in items.iter().enumerate() {
+        match to_int(item) {
+            Ok(t) => {
+                negative |= t.get() < 0;
+                if t.get() > max.get() {
+                    max = t;
+                }
+                ids.push(u32::try_from(t.get()).unwrap_or(u32::MAX));
+            }
+            Err((kind, msg)) => {
+                bad = true;
+                f.issues.push(Issue::new(kind, child(&base, i), msg, item));
+            }
+        }
+    }
+    if bad {
+        return (Vec::new(), max);
+    }
+    if ids.is_empty() {
+        let mut issue = Issue::new(
+            "too_short",
+            base,
+            "List should have at least 1 item after validation, not 0",
+            v,
+        );
+        issue.ctx = Some("{'field_type': 'List', 'min_length': 1, 'actual_length': 0}".to_owned());
+        f.issues.push(issue);
+        return (Vec::new(), max);
+    }
+    if negative {
+        f.issues.push(Issue::value_error(
+            base,
+            "token_ids must not contain negative values",
+            v,
+        ));
+        return (Vec::new(), max);
+    }
+    (ids, max)
+}
+
+fn parse_stream_options(f: &mut Fields<'_, '_>) -> Option<StreamOptions> {
+    let m = f.opt_dict("stream_options")?;
+    let mut inner = Fields {
+        map: m,
+        base: child(&f.base, "stream_options"),
+        issues: &mut *f.issues,
+    };
+    Some(StreamOptions {
+        include_usage: inner.opt("include_usage", to_bool).unwrap_or(false),
+        continuous_usage_stats: inner
+            .opt("continuous_usage_stats", to_bool)
+            .unwrap_or(false),
+    })
+}
+
+/// The constraint kinds of `StructuredOutputsParams`; exactly one must be set.
+const STRUCTURED_OUTPUT_KINDS: &[&str] = &[
+    "json",
+    "regex",
+    "choice",
+    "grammar",
+    "json_object",
+    "structural_tag",
+];
+
+/// Keys of `SamplingParams` typed as `float`: their values are floats in Python, so large values
+/// are not integers that could overflow msgpack.
+const FLOAT_KEYS: &[&str] = &[
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "temperature",
+    "top_p",
+    "min_p",
+    "logit_bias",
+];
+
+fn parse_sampling(sp: &Map<String, Value>, base: Vec<Loc>, issues: &mut Vec<Issue>) -> Sampling {
+    let d = Sampling::default();
+    let mut f = Fields {
+        map: sp,
+        base,
+        issues,
+    };
+    let mut s = Sampling {
+        n: f.req("n", d.n, int),
+        presence_penalty: f.req("presence_penalty", d.presence_penalty, to_float),
+        frequency_penalty: f.req("frequency_penalty", d.frequency_penalty, to_float),
+        repetition_penalty: f.req("repetition_penalty", d.repetition_penalty, to_float),
+        temperature: f.req("temperature", d.temperature, to_float),
+        top_p: f.req("top_p", d.top_p, to_float),
+        top_k: f.req("top_k", d.top_k, int),
+        min_p: f.req("min_p", d.min_p, to_float),
+        seed: f.opt("seed", int),
+        stop: parse_stop(&mut f),
+        stop_token_ids: f.int_list("stop_token_ids", true).unwrap_or_default(),
+        ignore_eos: f.req("ignore_eos", d.ignore_eos, to_bool),
+        max_tokens: match f.get("max_tokens") {
+            None => d.max_tokens,
+            Some(Value::Null) => None,
+            Some(_) => f.with("max_tokens", int),
+        },
+        max_tokens_provided: sp.contains_key("max_tokens"),
+        min_tokens: f.req("min_tokens", d.min_tokens, int),
+        logprobs: f.opt("logprobs", int),
+        prompt_logprobs: f.opt("prompt_logprobs", int),
+        prompt_logprob_token_ids: match f.get("prompt_logprob_token_ids") {
+            None | Some(Value::Null) => false,
+            Some(Value::Array(_)) => true,
+            Some(other) => {
+                f.fail(
+                    "prompt_logprob_token_ids",
+                    ("list_type", "Input should be a valid list"),
+                    other,
+                );
+                false
+            }
+        },
+        prompt_logprob_start: f.opt("prompt_logprob_start", int),
+        logprob_token_ids: f.int_list("logprob_token_ids", true),
+        detokenize: f.req("detokenize", d.detokenize, to_bool),
+        stream_interval: f.opt("stream_interval", int),
+        bad_words: f.str_list("bad_words").unwrap_or_default(),
+        thinking_token_budget: f.opt("thinking_token_budget", int),
+        routed_experts_prompt_start: f
+            .opt("routed_experts_prompt_start", int)
+            .unwrap_or(d.routed_experts_prompt_start),
+        logit_bias_ids: parse_logit_bias(&mut f),
+        allowed_token_ids: f.int_list("allowed_token_ids", true),
+        overflow: false,
+        structured_outputs: None,
+    };
+    for key in [
+        "flat_logprobs",
+        "skip_special_tokens",
+        "spaces_between_special_tokens",
+        "include_stop_str_in_output",
+    ] {
+        f.req(key, false, to_bool);
+    }
+    f.opt("skip_reading_prefix_cache", to_bool);
+    f.opt_dict("extra_args");
+    s.structured_outputs = f.opt_dict("structured_outputs").map(|so| {
+        let kinds = STRUCTURED_OUTPUT_KINDS
+            .iter()
+            .filter(|k| so.get(**k).is_some_and(|v| !v.is_null()))
+            .count();
+        (kinds, crate::pyfmt::py_repr(so, 1000))
+    });
+
+    let typed_ints = [s.n, s.top_k, s.min_tokens, s.routed_experts_prompt_start]
+        .into_iter()
+        .chain(s.seed)
+        .chain(s.max_tokens)
+        .chain(s.logprobs)
+        .chain(s.prompt_logprobs)
+        .chain(s.prompt_logprob_start)
+        .chain(s.stream_interval)
+        .chain(s.thinking_token_budget)
+        .chain(s.stop_token_ids.iter().copied())
+        .chain(s.logit_bias_ids.iter().copied())
+        .chain(s.logprob_token_ids.iter().flatten().copied())
+        .chain(s.allowed_token_ids.iter().flatten().copied());
+    s.overflow = typed_ints.into_iter().any(|i| !i.fits_msgpack())
+        || sp
+            .iter()
+            .any(|(k, v)| !FLOAT_KEYS.contains(&k.as_str()) && has_overflow(v));
+    s
+}
+
+/// `stop: str | list[str] | None`, normalised to a list like `__post_init__` does.
+fn parse_stop(f: &mut Fields<'_, '_>) -> Vec<String> {
+    match f.get("stop") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(_)) => f.str_list("stop").unwrap_or_default(),
+        Some(other) => {
+            let base = child(&f.base, "stop");
+            f.issues.push(Issue::new(
+                "string_type",
+                child(&base, "str"),
+                "Input should be a valid string",
+                other,
+            ));
+            f.issues.push(Issue::new(
+                "list_type",
+                child(&base, "list[str]"),
+                "Input should be a valid list",
+                other,
+            ));
+            Vec::new()
+        }
+    }
+}
+
+/// `logit_bias: dict[int, float] | None`: the token-id keys (values only type-checked).
+fn parse_logit_bias(f: &mut Fields<'_, '_>) -> Vec<PyInt> {
+    let Some(m) = f.opt_dict("logit_bias") else {
+        return Vec::new();
+    };
+    let base = child(&f.base, "logit_bias");
+    let mut ids = Vec::with_capacity(m.len());
+    for (k, v) in m {
+        match to_int(&Value::String(k.clone())) {
+            Ok(id) => ids.push(id),
+            Err((kind, msg)) => f.issues.push(Issue::new(
+                kind,
+                child(&child(&base, k.as_str()), "[key]"),
+                msg,
+                &Value::String(k.clone()),
+            )),
+        }
+        if let Err((kind, msg)) = to_float(v) {
+            f.issues
+                .push(Issue::new(kind, child(&base, k.as_str()), msg, v));
+        }
+    }
+    ids
+}
+
+/// Whether an opaque value holds an integer msgpack cannot carry (outside `-2^63 ..= 2^64-1`).
+/// JSON integers past `u64` arrive as floats; an integral float that large is taken for one.
+fn has_overflow(v: &Value) -> bool {
+    match v {
+        Value::Number(n) => {
+            n.as_i64().is_none()
+                && n.as_u64().is_none()
+                && n.as_f64().is_some_and(|x| {
+                    x.is_finite()
+                        && x.fract() == 0.0
+                        && !(-9_223_372_036_854_775_808.0..18_446_744_073_709_551_616.0)
+                            .contains(&x)
+                })
+        }
+        Value::Array(items) => items.iter().any(has_overflow),
+        Value::Object(m) => m.values().any(has_overflow),
+        _ => false,
+    }
+}

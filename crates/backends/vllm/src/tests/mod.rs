@@ -1,0 +1,10 @@
+//! Tests of the vLLM format, by behaviour. Engine outputs are built by hand (`support`).
+
+mod abort;
+mod assemble;
+mod fixtures;
+mod props;
+mod schema;
+mod support;
+mod units;
+mod validation;

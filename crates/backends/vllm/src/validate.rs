@@ -1,0 +1,513 @@
+//! Phase *validate*: vLLM's checks, in vLLM's order, with vLLM's messages (spec §3.2–§3.6, §4.2).
+//!
+//! Three stages, matching where vLLM runs them:
+//! 1. while pydantic parses the body: `SamplingParams.__post_init__` ([`post_init`]) and the
+//!    `GenerateRequest` validators ([`model_validators`], [`cache_salt`]; the
+//!    `MultiModalFeatures` one is in `features.rs`);
+//! 2. in `serve_tokens` before the engine is called ([`serve_checks`]);
+//! 3. in the engine's input processor, on the generator's first step ([`engine_checks`]); for a
+//!    streaming request vLLM reports these inside the 200 SSE stream.
+
+use genfront_format::GenerateError;
+use genfront_protocol::EngineInfo;
+use serde_json::Value;
+
+use crate::errors::{bad_request, validation};
+use crate::pyfmt::{py_int_list, py_str};
+use crate::request::{GenerateRequest, Sampling};
+use crate::schema::{PyInt, float_text};
+
+/// `VLLM_MAX_N_SEQUENCES` default.
+pub const MAX_N_SEQUENCES: i128 = 16_384;
+/// `MAX_LOGPROB_TOKEN_IDS`.
+pub const MAX_LOGPROB_TOKEN_IDS: usize = 128;
+/// `_MAX_TEMP`: temperatures in `(0, 0.01)` are raised to it.
+const MIN_TEMPERATURE: f64 = 1e-2;
+/// `_SAMPLING_EPS`: temperatures below it mean greedy sampling.
+const SAMPLING_EPS: f64 = 1e-5;
+
+/// Message of `MultiModalFeatures` / `GenerateRequest` validators for metadata-only items.
+pub const METADATA_NEEDS_EC: &str = "metadata-only multimodal items require ec_transfer_params";
+/// Message for `stop` on a `--tokens-only` server (vllm#57052): genfront has no tokenizer.
+pub const STOP_ON_TOKENS_ONLY: &str = "stop strings are not supported on a --tokens-only server because detokenization is disabled. Check stop strings on the coordinator, or use stop_token_ids.";
+
+/// `validate_cache_salt`, the `mode="before"` validator: a non-empty string of at most 128
+/// characters without `@`, `/`, `\` or NUL.
+///
+/// # Errors
+/// vLLM's message.
+pub(crate) fn cache_salt(v: &Value) -> Result<(), &'static str> {
+    let Some(s) = v.as_str().filter(|s| !s.is_empty()) else {
+        return Err("Parameter 'cache_salt' must be a non-empty string if provided.");
+    };
+    if s.chars().count() > 128 || s.contains(['@', '/', '\\', '\0']) {
+        return Err(
+            "Parameter 'cache_salt' must be at most 128 characters and must not contain '@', '/', '\\', or NUL.",
+        );
+    }
+    Ok(())
+}
+
+/// `SamplingParams.__post_init__`: normalisation, `_verify_args` and the greedy check.
+///
+/// # Errors
+/// The `VLLMValidationError` vLLM raises (400 `BadRequestError`).
+pub(crate) fn post_init(s: &mut Sampling) -> Result<(), GenerateError> {
+    // `StructuredOutputsParams.__post_init__` runs first, while its field is built.
+    match &s.structured_outputs {
+        Some((0, repr)) => {
+            return Err(bad_request(format!(
+                "You must use one kind of structured outputs constraint but none are specified: {repr}"
+            )));
+        }
+        Some((kinds, repr)) if *kinds > 1 => {
+            return Err(bad_request(format!(
+                "You can only use one kind of structured outputs constraint but multiple are specified: {repr}"
+            )));
+        }
+        _ => {}
+    }
+    if 0.0 < s.temperature && s.temperature < MIN_TEMPERATURE {
+        s.temperature = MIN_TEMPERATURE;
+    }
+    if s.seed.is_some_and(|x| x.get() == -1) {
+        s.seed = None;
+    }
+    if let Some(b) = s.thinking_token_budget
+        && b.get() < -1
+    {
+        return Err(validation(
+            "`thinking_token_budget` must be a non-negative integer or -1 for unlimited.",
+            Some("thinking_token_budget"),
+            Some(b.to_string()),
+        ));
+    }
+    verify_args(s)?;
+    if s.temperature < SAMPLING_EPS {
+        s.top_p = 1.0;
+        s.top_k = PyInt::new(0);
+        s.min_p = 0.0;
+        if s.n.get() > 1 {
+            return Err(bad_request(format!(
+                "n must be 1 when using greedy sampling, got {}.",
+                s.n
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn verify_args(s: &Sampling) -> Result<(), GenerateError> {
+    let n = s.n;
+    if n.get() < 1 {
+        return Err(bad_request(format!("n must be at least 1, got {n}.")));
+    }
+    if n.get() > MAX_N_SEQUENCES {
+        return Err(bad_request(format!(
+            "n must be at most {MAX_N_SEQUENCES}, got {n}. To increase this limit, set the VLLM_MAX_N_SEQUENCES environment variable."
+        )));
+    }
+    for (name, v) in [
+        ("presence_penalty", s.presence_penalty),
+        ("frequency_penalty", s.frequency_penalty),
+    ] {
+        if !(-2.0..=2.0).contains(&v) {
+            return Err(bad_request(format!(
+                "{name} must be in [-2, 2], got {}.",
+                float_text(v)
+            )));
+        }
+    }
+    let rp = s.repetition_penalty;
+    if !rp.is_finite() {
+        return Err(bad_request(format!(
+            "repetition_penalty must be a finite number, got {}.",
+            float_text(rp)
+        )));
+    }
+    if rp <= 0.0 {
+        return Err(bad_request(format!(
+            "repetition_penalty must be greater than zero, got {}.",
+            float_text(rp)
+        )));
+    }
+    let t = s.temperature;
+    let temp_err = |msg: String| validation(msg, Some("temperature"), Some(float_text(t)));
+    if !t.is_finite() {
+        return Err(temp_err(format!(
+            "temperature must be a finite number, got {}.",
+            float_text(t)
+        )));
+    }
+    if t < 0.0 {
+        return Err(temp_err(format!(
+            "temperature must be non-negative, got {}.",
+            float_text(t)
+        )));
+    }
+    if t > 2.0 {
+        return Err(temp_err(format!(
+            "temperature must be in [0, 2], got {}.",
+            float_text(t)
+        )));
+    }
+    if !(s.top_p > 0.0 && s.top_p <= 1.0) {
+        return Err(validation(
+            format!("top_p must be in (0, 1], got {}.", float_text(s.top_p)),
+            Some("top_p"),
+            Some(float_text(s.top_p)),
+        ));
+    }
+    if s.top_k.get() < -1 {
+        return Err(bad_request(format!(
+            "top_k must be 0 (disable), or at least 1, got {}.",
+            s.top_k
+        )));
+    }
+    if !(0.0..=1.0).contains(&s.min_p) {
+        return Err(bad_request(format!(
+            "min_p must be in [0, 1], got {}.",
+            float_text(s.min_p)
+        )));
+    }
+    if let Some(m) = s.max_tokens
+        && m.get() < 1
+    {
+        return Err(validation(
+            format!("max_tokens must be at least 1, got {m}."),
+            Some("max_tokens"),
+            Some(m.to_string()),
+        ));
+    }
+    if s.min_tokens.get() < 0 {
+        return Err(bad_request(format!(
+            "min_tokens must be greater than or equal to 0, got {}.",
+            s.min_tokens
+        )));
+    }
+    if let Some(m) = s.max_tokens
+        && s.min_tokens.get() > m.get()
+    {
+        return Err(bad_request(format!(
+            "min_tokens must be less than or equal to max_tokens={m}, got {}.",
+            s.min_tokens
+        )));
+    }
+    for (name, v) in [
+        ("logprobs", s.logprobs),
+        ("prompt_logprobs", s.prompt_logprobs),
+    ] {
+        if let Some(k) = v
+            && k.get() < -1
+        {
+            return Err(validation(
+                format!("{name} must be non-negative or -1, got {k}."),
+                Some(name),
+                Some(k.to_string()),
+            ));
+        }
+    }
+    if s.stop.iter().any(String::is_empty) {
+        return Err(bad_request("stop cannot contain an empty string."));
+    }
+    if !s.stop.is_empty() && !s.detokenize {
+        return Err(bad_request(
+            "stop strings are only supported when detokenize is True. Set detokenize=True to use stop.",
+        ));
+    }
+    if s.bad_words.iter().any(String::is_empty) {
+        let words: Vec<String> = s.bad_words.iter().map(|w| py_str(w)).collect();
+        return Err(bad_request(format!(
+            "bad_words cannot contain an empty string. Got bad_words={}",
+            py_int_list(&words)
+        )));
+    }
+    if let Some(i) = s.stream_interval
+        && i.get() < 1
+    {
+        return Err(validation(
+            format!("stream_interval must be at least 1, got {i}."),
+            Some("stream_interval"),
+            Some(i.to_string()),
+        ));
+    }
+    Ok(())
+}
+
+/// The `mode="after"` validators of `GenerateRequest`, in declaration order.
+///
+/// # Errors
+/// The `ValueError` text.
+pub(crate) fn model_validators(r: &GenerateRequest) -> Result<(), String> {
+    if r.content_parts && r.features.is_some() {
+        return Err("content_parts and features are mutually exclusive".to_owned());
+    }
+    if let Some(f) = &r.features
+        && let Some(metadata) = &f.metadata
+        && metadata.iter().any(|(_, items)| items.iter().any(|p| *p))
+        && !r.ec_transfer_params
+    {
+        for (modality, items) in metadata {
+            let kwargs = f
+                .kwargs
+                .as_ref()
+                .and_then(|k| k.iter().find(|(m, _)| m == modality))
+                .map(|(_, k)| k.as_slice());
+            let metadata_only = items
+                .iter()
+                .enumerate()
+                .any(|(i, meta)| *meta && !kwargs.and_then(|k| k.get(i)).copied().unwrap_or(false));
+            if metadata_only {
+                return Err(METADATA_NEEDS_EC.to_owned());
+            }
+        }
+    }
+    if r.output_mode != "tokens" && !r.sampling.detokenize {
+        return Err(format!(
+            "output_mode={} requires sampling_params.detokenize to be true",
+            py_str(&r.output_mode)
+        ));
+    }
+    if let Some(f) = &r.features {
+        let prompt_len = r.token_ids.len() as i128;
+        if f.placeholders
+            .iter()
+            .flat_map(|(_, ranges)| ranges)
+            .any(|(o, l)| o + l > prompt_len)
+        {
+            return Err("mm_placeholders must remain within the token_ids sequence".to_owned());
+        }
+    }
+    Ok(())
+}
+
+/// What the pre-engine checks resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Resolved {
+    /// LoRA adapter named by `model`, when it is not the base model.
+    pub lora: Option<String>,
+    /// The model name the response reports.
+    pub model_name: String,
+    /// The token budget; `None` when the prompt leaves no room (reported by [`engine_checks`]).
+    pub max_tokens: Option<u32>,
+}
+
+/// `serve_tokens` before the engine: model lookup (404), genfront's stream-only checks (as the
+/// Rust frontend does them), `max_num_seqs`, the tokens-only server rules, the 64-bit msgpack
+/// round trip, the vocabulary and the `max_tokens` bound (vllm PR #54175).
+///
+/// # Errors
+/// vLLM's 400/404 errors.
+pub(crate) fn serve_checks(
+    r: &GenerateRequest,
+    engine: &EngineInfo,
+    loras: &[String],
+) -> Result<Resolved, GenerateError> {
+    let lora = match r.model.as_deref() {
+        None | Some("") => None,
+        Some(m) if m == engine.model => None,
+        Some(m) if loras.iter().any(|l| l == m) => Some(m.to_owned()),
+        Some(m) => {
+            let names: Vec<&str> = std::iter::once(engine.model.as_str())
+                .chain(loras.iter().map(String::as_str))
+                .collect();
+            return Err(GenerateError::NotFound {
+                message: format!(
+                    "The model `{m}` does not exist. Valid aliases: {}.",
+                    names.join(", ")
+                ),
+                param: Some("model".to_owned()),
+            });
+        }
+    };
+    let s = &r.sampling;
+    if r.stream_options.is_some() && !r.stream {
+        return Err(GenerateError::Validation {
+            message: "stream_options are only supported when stream=true.".to_owned(),
+            param: Some("stream_options".to_owned()),
+        });
+    }
+    if r.stream && s.prompt_logprobs.is_some() {
+        return Err(GenerateError::Validation {
+            message: "`prompt_logprobs` are not available when `stream=true`.".to_owned(),
+            param: Some("sampling_params".to_owned()),
+        });
+    }
+    if s.n.get() > i128::from(engine.max_num_seqs) {
+        return Err(bad_request(format!(
+            "sampling_params.n must be at most the server's max_num_seqs ({}), got {}.",
+            engine.max_num_seqs, s.n
+        )));
+    }
+    if r.stream && s.prompt_logprob_token_ids {
+        return Err(bad_request(
+            "prompt_logprob_token_ids are not available when stream=true.",
+        ));
+    }
+    if !s.stop.is_empty() {
+        return Err(bad_request(STOP_ON_TOKENS_ONLY));
+    }
+    if r.output_mode != "tokens" {
+        return Err(bad_request(format!(
+            "output_mode={} requires a tokenizer, but this server does not load one (--tokens-only or --skip-tokenizer-init). Send the request to a server that loads a tokenizer, or use output_mode='tokens'.",
+            py_str(&r.output_mode)
+        )));
+    }
+    if s.overflow || r.overflow {
+        return Err(bad_request("can't serialize ints < -2**63 or > 2**64 - 1"));
+    }
+    if r.max_token_id.get() >= i128::from(engine.vocab_size) {
+        return Err(bad_request(format!(
+            "Token id {} is out of vocabulary",
+            r.max_token_id
+        )));
+    }
+    let prompt_len = r.token_ids.len() as i128;
+    let context = i128::from(engine.max_context_len);
+    let max_tokens = match s.max_tokens.filter(|_| s.max_tokens_provided) {
+        Some(m) if prompt_len + m.get() > context => {
+            return Err(prompt_too_long(prompt_len, context, Some(m)));
+        }
+        Some(m) => u32::try_from(m.get()).ok(),
+        None if prompt_len < context => u32::try_from(context - prompt_len).ok(),
+        None => None,
+    };
+    Ok(Resolved {
+        lora,
+        model_name: r
+            .model
+            .clone()
+            .filter(|m| !m.is_empty())
+            .unwrap_or_else(|| engine.model.clone()),
+        max_tokens,
+    })
+}
+
+/// vLLM's input-processor messages for a prompt that does not fit, plus the bound on an explicit
+/// `max_tokens`.
+fn prompt_too_long(prompt_len: i128, context: i128, max_tokens: Option<PyInt>) -> GenerateError {
+    if prompt_len > context {
+        bad_request(format!(
+            "The decoder prompt (length {prompt_len}) is longer than the maximum model length of {context}. Make sure that `max_model_len` is no smaller than the number of text tokens."
+        ))
+    } else if prompt_len == context || max_tokens.is_none() {
+        bad_request(format!(
+            "The decoder prompt (length {prompt_len}) plus the number of requested output tokens (at least 1) is longer than the maximum model length of {context}. Make sure that `max_model_len` is no smaller than the number of text tokens (prompt + requested output tokens)."
+        ))
+    } else {
+        let m = max_tokens.map(|m| m.to_string()).unwrap_or_default();
+        bad_request(format!(
+            "The decoder prompt (length {prompt_len}) plus the number of requested output tokens ({m}) is longer than the maximum model length of {context}. Make sure that `max_model_len` is no smaller than the number of text tokens (prompt + requested output tokens)."
+        ))
+    }
+}
+
+/// `SamplingParams.verify()` and the prompt-length check of the engine's input processor.
+///
+/// # Errors
+/// vLLM's 400 errors; for a streaming request vLLM sends them as an SSE error event.
+pub(crate) fn engine_checks(
+    r: &GenerateRequest,
+    engine: &EngineInfo,
+    resolved: &Resolved,
+) -> Result<(), GenerateError> {
+    let s = &r.sampling;
+    let vocab = i128::from(engine.vocab_size);
+    let max_logprobs = i128::from(engine.max_logprobs);
+    let whole_vocab = |k: PyInt| if k.get() == -1 { vocab } else { k.get() };
+    if let Some(k) = s.logprobs.filter(|k| k.get() != 0) {
+        let num = whole_vocab(k);
+        if num > max_logprobs {
+            return Err(validation(
+                format!(
+                    "Requested sample logprobs of {num}, which is greater than max allowed: {max_logprobs}"
+                ),
+                Some("logprobs"),
+                Some(num.to_string()),
+            ));
+        }
+    }
+    if let Some(ids) = &s.logprob_token_ids {
+        let n = ids.len();
+        if n > MAX_LOGPROB_TOKEN_IDS {
+            return Err(validation(
+                format!(
+                    "Requested logprob_token_ids of length {n}, which is greater than max allowed: {MAX_LOGPROB_TOKEN_IDS}"
+                ),
+                Some("logprob_token_ids"),
+                Some(n.to_string()),
+            ));
+        }
+        oov_check(ids, vocab, "logprob_token_ids")?;
+        if let Some(k) = s.logprobs
+            && k.get() != n as i128
+        {
+            return Err(validation(
+                format!(
+                    "When both logprobs and logprob_token_ids are set, logprobs must equal len(logprob_token_ids). Got logprobs={k}, len(logprob_token_ids)={n}."
+                ),
+                Some("logprob_token_ids"),
+                Some(n.to_string()),
+            ));
+        }
+    }
+    if let Some(k) = s.prompt_logprobs.filter(|k| k.get() != 0) {
+        let num = whole_vocab(k);
+        if num > max_logprobs {
+            return Err(validation(
+                format!(
+                    "Requested prompt logprobs of {num}, which is greater than max allowed: {max_logprobs}"
+                ),
+                Some("prompt_logprobs"),
+                Some(num.to_string()),
+            ));
+        }
+    }
+    oov_check(&s.logit_bias_ids, vocab, "logit_bias")?;
+    if let Some(allowed) = &s.allowed_token_ids {
+        if allowed.is_empty() {
+            return Err(validation(
+                "allowed_token_ids is not None and empty!",
+                Some("allowed_token_ids"),
+                Some("[]".to_owned()),
+            ));
+        }
+        let invalid: Vec<PyInt> = allowed
+            .iter()
+            .copied()
+            .filter(|t| t.get() < 0 || t.get() >= vocab)
+            .collect();
+        if !invalid.is_empty() {
+            return Err(validation(
+                "allowed_token_ids contains out-of-vocab token id!",
+                Some("allowed_token_ids"),
+                Some(py_int_list(&invalid)),
+            ));
+        }
+    }
+    oov_check(&s.stop_token_ids, vocab, "stop_token_ids")?;
+    if resolved.max_tokens.is_none() {
+        let context = i128::from(engine.max_context_len);
+        return Err(prompt_too_long(r.token_ids.len() as i128, context, None));
+    }
+    Ok(())
+}
+
+fn oov_check(ids: &[PyInt], vocab: i128, name: &str) -> Result<(), GenerateError> {
+    let invalid: Vec<PyInt> = ids
+        .iter()
+        .copied()
+        .filter(|t| t.get() < 0 || t.get() >= vocab)
+        .collect();
+    if invalid.is_empty() {
+        return Ok(());
+    }
+    let list = py_int_list(&invalid);
+    Err(validation(
+        format!(
+            "token_id(s) {list} in {name} contain out-of-vocab token ids. Vocabulary size: {vocab}"
+        ),
+        Some(name),
+        Some(list),
+    ))
+}
