@@ -1,8 +1,6 @@
 //! Low-level JSON writers for the response path: numbers, strings and SGLang's logprob triples
 //! written straight into byte buffers, so a token's data is rendered once and then only copied.
 
-use std::io::Write;
-
 use genfront_protocol::{Candidate, FinishReason, StopMatch, TokenLogprob};
 use serde::Serialize;
 
@@ -14,7 +12,7 @@ pub(crate) fn json<T: Serialize + ?Sized>(buf: &mut Vec<u8>, v: &T) {
 
 /// Append a `u32`.
 pub(crate) fn u32(buf: &mut Vec<u8>, v: u32) {
-    let _ = write!(buf, "{v}");
+    json(buf, &v);
 }
 
 /// Append an `f64` the way orjson does: shortest round-trip digits; `NaN`/`±inf` become `null`.
