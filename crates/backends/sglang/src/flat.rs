@@ -40,7 +40,7 @@ pub(crate) fn fields(rows: &[Option<Vec<Candidate>>], k: u32, form: FlatTop) -> 
         return None;
     }
     let cands = || body.iter().flatten().flatten();
-    let mut out = Vec::with_capacity(body.len() * width * 12 + 128);
+    let mut out = Vec::with_capacity(body.len().saturating_mul(width).saturating_mul(12) + 128);
     match form {
         FlatTop::Nested => return None,
         FlatTop::Plain => {

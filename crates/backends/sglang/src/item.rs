@@ -177,6 +177,7 @@ pub(crate) fn validate_and_expand(
             (-1, 0)
         };
         let routed_experts_start = match u32::try_from(f.routed_experts_start_len) {
+            _ if !f.routed_experts => 0,
             Ok(s) if i128::from(s) <= input_tokens => s,
             Ok(s) => {
                 return invalid(format!(

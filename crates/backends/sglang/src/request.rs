@@ -295,7 +295,15 @@ fn normalize(
             "Beam search (sampling_params.beam_width > 1) is not supported by genfront's engines.",
         );
     }
-    let n = usize::try_from(n.max(1)).unwrap_or(usize::MAX);
+    // SGLang has no cap of its own, but each sample is an engine request: bound the fan-out by
+    // what the engine can run at once.
+    let max_n = i128::from(input.engine.max_num_seqs.max(1));
+    if n > max_n {
+        return Err(GenerateError::validation(format!(
+            "sampling_params.n={n} exceeds the maximum number of parallel samples ({max_n})."
+        )));
+    }
+    let n = usize::try_from(n.max(1)).unwrap_or(1);
     if n > 1 && is_single {
         is_single = false;
     }

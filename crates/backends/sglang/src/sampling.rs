@@ -18,7 +18,7 @@ const SAMPLING_EPS: f64 = 1e-6;
 /// The typed view of one `sampling_params` object. An explicit JSON `null` on a key means that
 /// key's default (SGLang's `__post_init__`), except `max_new_tokens`, which is `Optional` in SGLang:
 /// `null` there means "no limit" (the engine caps it at the context length).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(crate) struct SamplingParams {
     /// `max_new_tokens` as sent (`None` when absent or `null`), for the context-length check,
     /// which SGLang runs on the raw dict value.

@@ -200,3 +200,139 @@ proptest! {
         }
     }
 }
+
+const KEYS: &[&str] = &[
+    "rid",
+    "text",
+    "input_ids",
+    "input_embeds",
+    "sampling_params",
+    "return_logprob",
+    "logprob_start_len",
+    "top_logprobs_num",
+    "token_ids_logprob",
+    "return_sampling_mask",
+    "return_flat_raw_top_logprobs",
+    "return_flat_raw_top_logprobs_b64",
+    "stream",
+    "return_hidden_states",
+    "return_routed_experts",
+    "routed_experts_start_len",
+    "return_prompt_token_ids",
+    "session_id",
+    "session_params",
+    "lora_path",
+    "custom_logit_processor",
+    "routed_dp_rank",
+    "data_parallel_rank",
+    "priority",
+    "extra_key",
+    "cache_salt",
+    "bootstrap_room",
+    "max_thinking_tokens",
+    "n",
+    "max_new_tokens",
+    "min_new_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "stop",
+    "stop_token_ids",
+    "logit_bias",
+    "beam_width",
+    "sampling_seed",
+    "image_data",
+    "unknown",
+];
+
+fn json_value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        (-3i64..5).prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        (-3.0f64..3.0).prop_map(Value::from),
+        "[a-z_ ]{0,4}".prop_map(Value::from),
+    ];
+    leaf.prop_recursive(3, 24, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::vec((prop::sample::select(KEYS), inner), 0..6).prop_map(|kv| {
+                Value::Object(kv.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+            }),
+        ]
+    })
+}
+
+fn output() -> impl Strategy<Value = (usize, genfront_protocol::EngineOutput)> {
+    use genfront_protocol::{EngineOutput, PromptLogprobs, RoutedExperts, TokenLogprob};
+    (
+        0usize..4,
+        prop::collection::vec(any::<u32>(), 0..3),
+        prop::option::of(prop::collection::vec(any::<u32>(), 0..3)),
+        prop::option::of((
+            0u32..10,
+            prop::collection::vec(prop::option::of(any::<u32>()), 0..4),
+        )),
+        prop::option::of((0u32..3, 0u32..3, prop::collection::vec(any::<i32>(), 0..7))),
+        0u8..7,
+    )
+        .prop_map(|(sub, ids, lps, prompt, experts, finish)| {
+            let tl = |id: u32| TokenLogprob {
+                token_id: id,
+                logprob: -f64::from(id % 7),
+                ..Default::default()
+            };
+            (
+                sub,
+                EngineOutput {
+                    token_ids: ids,
+                    logprobs: lps.map(|v| v.into_iter().map(tl).collect()),
+                    prompt_logprobs: prompt.map(|(start, e)| PromptLogprobs {
+                        start,
+                        entries: e.into_iter().map(|x| x.map(tl)).collect(),
+                    }),
+                    routed_experts: experts.map(|(num_layers, top_k, ids)| RoutedExperts {
+                        num_layers,
+                        top_k,
+                        ids,
+                    }),
+                    finish_reason: match finish {
+                        0 => Some(FinishReason::Length { length: 1 }),
+                        1 => Some(FinishReason::Error {
+                            message: "x".into(),
+                        }),
+                        2 => Some(FinishReason::Cancelled {
+                            message: String::new(),
+                        }),
+                        _ => None,
+                    },
+                    ..Default::default()
+                },
+            )
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Arbitrary bodies and arbitrary (even contract-breaking) engine outputs never panic.
+    #[test]
+    fn never_panics(body in json_value(), outs in prop::collection::vec(output(), 0..8), raw in prop::collection::vec(any::<u8>(), 0..16)) {
+        let _ = prepare(&String::from_utf8_lossy(&raw));
+        let text = body.to_string();
+        if let Ok(p) = prepare(&text) {
+            let _ = drive(p, outs.clone());
+        }
+        let mut wrapped = json!({"input_ids": [[1, 2], [3]], "return_logprob": true, "logprob_start_len": 0, "top_logprobs_num": 1, "return_routed_experts": true, "return_flat_raw_top_logprobs": true});
+        if let Value::Object(extra) = body {
+            for (k, v) in extra {
+                wrapped[k] = v;
+            }
+        }
+        if let Ok(p) = prepare(&wrapped.to_string()) {
+            let _ = drive(p, outs);
+        }
+    }
+}

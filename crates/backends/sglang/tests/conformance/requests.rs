@@ -80,6 +80,7 @@ fn validation_messages() {
         (r#"{"input_ids":[1],"return_logprob":true,"top_logprobs_num":-1}"#.into(), "top_logprobs_num must be a non-negative integer, got -1.".into()),
         (r#"{"input_ids":[1,2],"return_routed_experts":true,"routed_experts_start_len":3}"#.into(), "routed_experts_start_len=3 is higher than the number of input tokens 2. Please use a smaller routed_experts_start_len.".into()),
         (r#"{"input_ids":[1,2],"return_routed_experts":true,"routed_experts_start_len":-1}"#.into(), "routed_experts_start_len must be non-negative, got -1.".into()),
+        (r#"{"input_ids":[1],"sampling_params":{"n":1000000000}}"#.into(), "sampling_params.n=1000000000 exceeds the maximum number of parallel samples (256).".into()),
         (r#"{"input_ids":[1],"sampling_params":{"beam_width":2}}"#.into(), "Beam search (sampling_params.beam_width > 1) is not supported by genfront's engines.".into()),
     ];
     for (body, message) in &cases {
@@ -279,6 +280,9 @@ fn defaults_and_explicit_nulls() {
     // Without return_logprob the logprob knobs are ignored (SGLang resets them in the scheduler).
     let p = prepared(r#"{"input_ids":[1],"logprob_start_len":-5,"top_logprobs_num":-1}"#);
     assert_eq!(p.subs[0].request.output.prompt_logprobs, None);
+    // routed_experts_start_len only matters when routed experts are asked for.
+    let p = prepared(r#"{"input_ids":[1],"routed_experts_start_len":9}"#);
+    assert_eq!(p.subs[0].request.output.routed_experts_start, 0);
     // A prefill-only (max_new_tokens 0) scoring request may start at the prompt's end.
     prepared(
         r#"{"input_ids":[1,2],"return_logprob":true,"logprob_start_len":2,"sampling_params":{"max_new_tokens":0}}"#,
