@@ -6,6 +6,19 @@
 //! into per-sub-request byte buffers. A cumulative SSE chunk (SGLang's default mode) copies those
 //! buffers; an incremental chunk copies only the part added by the current delta. Each chunk is one
 //! allocation, handed over as [`Bytes`] without another copy.
+//!
+//! `meta_info` keys come in the order `_handle_batch_output` builds them: `id`, `finish_reason`,
+//! `prompt_tokens`, `weight_version`, `num_retractions`, the logprob lists (when
+//! `return_logprob`), the sampling mask, `reasoning_tokens`, `completion_tokens`,
+//! `cached_tokens`, pass-through keys, then on the finishing answer `routed_experts` (collected at
+//! finish, as SGLang does) and `e2e_latency`; `response_sent_to_client_ts` goes on the first chunk
+//! sent (streams) or the answer (unary).
+//!
+//! Native pass-through: when an output's `engine_data` is a native SGLang frame
+//! (`{"meta_info": {...}, ...}`), its `weight_version`, `num_retractions` (or the older
+//! `total_retractions`) and `reasoning_tokens` replace genfront's defaults (`"default"`, 0, 0),
+//! and every other `meta_info` key genfront does not compute (`dp_rank`,
+//! `cached_tokens_details`, `spec_*`, …) is passed through, the latest value winning.
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
