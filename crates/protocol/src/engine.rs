@@ -17,6 +17,10 @@ pub type OutputStream = Pin<Box<dyn Stream<Item = Result<EngineOutput, EngineErr
 pub struct EngineInfo {
     /// Served model name (vLLM `model`, SGLang `model_path`).
     pub model: String,
+    /// Other names the model is served under (vLLM `--served-model-name a b …`: every name is a
+    /// valid `model`).
+    #[serde(default)]
+    pub model_aliases: Vec<String>,
     /// Vocabulary size: valid token ids are `0..vocab_size`.
     pub vocab_size: u32,
     /// Maximum context length (prompt + output) in tokens.
@@ -33,11 +37,19 @@ pub struct EngineInfo {
     pub sampling_mask: bool,
 }
 
+impl EngineInfo {
+    /// Whether `name` is the served model or one of its aliases.
+    pub fn serves(&self, name: &str) -> bool {
+        self.model == name || self.model_aliases.iter().any(|a| a == name)
+    }
+}
+
 impl Default for EngineInfo {
     fn default() -> Self {
         Self {
             model: "genfront-mock".to_owned(),
-            vocab_size: 32_000,
+            model_aliases: Vec::new(),
+            vocab_size: 152_064,
             max_context_len: 32_768,
             eos_token_ids: vec![2],
             max_logprobs: 20,

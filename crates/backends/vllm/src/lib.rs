@@ -31,10 +31,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use genfront_format::{
-    AbortRoute, CatalogEntry, FormatSettings, GenerateError, GenerateFormat, NativeResponse,
-    ParseInput, Prepared, Rejection, SubRequest,
+    AbortRoute, AuxKind, AuxRoute, CatalogEntry, FormatSettings, GenerateError, GenerateFormat,
+    NativeResponse, ParseInput, Prepared, Rejection, SubRequest,
 };
-use http::Method;
+use genfront_protocol::EngineInfo;
+use http::{Method, StatusCode};
 
 pub use abort::{ABORT_PATH, parse_abort};
 pub use project::{FORMAT_NAME, REQUEST_ID_PREFIX};
@@ -53,6 +54,40 @@ pub const CATALOG_ENTRY: CatalogEntry = CatalogEntry {
     generate_methods: &[Method::POST],
     build,
 };
+
+static AUX_ROUTES: [AuxRoute; 1] = [AuxRoute {
+    path: "/v1/models",
+    kind: AuxKind::ModelInfo(models),
+}];
+
+/// vLLM's `GET /v1/models` (OpenAI `ModelList`): one card per served name (the model and its
+/// `--served-model-name` aliases), `root` the model, `max_model_len` the context length.
+fn models(info: &EngineInfo) -> NativeResponse {
+    let created = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let data: Vec<serde_json::Value> = std::iter::once(&info.model)
+        .chain(info.model_aliases.iter())
+        .map(|name| {
+            serde_json::json!({
+                "id": name,
+                "object": "model",
+                "created": created,
+                "owned_by": "vllm",
+                "root": info.model,
+                "parent": null,
+                "max_model_len": info.max_context_len,
+                "permission": [],
+            })
+        })
+        .collect();
+    let body = serde_json::json!({"object": "list", "data": data});
+    NativeResponse::json(
+        StatusCode::OK,
+        serde_json::to_vec(&body).unwrap_or_default(),
+    )
+}
 
 fn build(_: &FormatSettings) -> Arc<dyn GenerateFormat> {
     Arc::new(VllmFormat::new())
@@ -169,6 +204,11 @@ impl GenerateFormat for VllmFormat {
     /// prefixed ids.
     fn abort_route(&self) -> Option<AbortRoute> {
         Some(abort::ROUTE)
+    }
+
+    /// `GET /v1/models`.
+    fn aux_routes(&self) -> &'static [AuxRoute] {
+        &AUX_ROUTES
     }
 }
 

@@ -305,10 +305,11 @@ pub(crate) fn serve_checks(
 ) -> Result<Resolved, GenerateError> {
     let lora = match r.model.as_deref() {
         None | Some("") => None,
-        Some(m) if m == engine.model => None,
+        Some(m) if engine.serves(m) => None,
         Some(m) if loras.iter().any(|l| l == m) => Some(m.to_owned()),
         Some(m) => {
             let names: Vec<&str> = std::iter::once(engine.model.as_str())
+                .chain(engine.model_aliases.iter().map(String::as_str))
                 .chain(loras.iter().map(String::as_str))
                 .collect();
             return Err(GenerateError::NotFound {

@@ -38,6 +38,7 @@ fn engine_for(body: &Value) -> EngineInfo {
             .as_str()
             .unwrap_or("Qwen/Qwen3-0.6B")
             .to_owned(),
+        model_aliases: Vec::new(),
         vocab_size: 200_000,
         max_context_len: 4096,
         eos_token_ids: vec![2],

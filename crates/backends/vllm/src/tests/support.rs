@@ -15,6 +15,7 @@ pub const MODEL: &str = "test-model";
 pub fn engine() -> EngineInfo {
     EngineInfo {
         model: MODEL.to_owned(),
+        model_aliases: Vec::new(),
         vocab_size: 1000,
         max_context_len: 1024,
         eos_token_ids: vec![2],

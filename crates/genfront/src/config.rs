@@ -1,0 +1,318 @@
+//! Command-line configuration: one typed tree, every flag with an env name.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::builder::BoolishValueParser;
+use clap::{Args, Parser, Subcommand};
+use genfront_format::{FormatSettings, RouteConfig};
+use genfront_frontend::FrontendConfig;
+use genfront_mocker::{MockConfig, MockEngine, ScriptedFault};
+use genfront_protocol::Engine;
+
+/// genfront: a frontend for LLM inference engines that serves their native token-in/token-out
+/// APIs (SGLang `/generate`, vLLM `/inference/v1/generate`).
+#[derive(Debug, Parser)]
+#[command(name = "genfront", version, about)]
+pub struct Cli {
+    /// What to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the frontend (with in-process mock engines: `--mock N`).
+    Serve(ServeArgs),
+}
+
+/// `genfront serve` flags.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "GENFRONT_HOST", default_value_t = IpAddr::V4(Ipv4Addr::UNSPECIFIED), help_heading = "Listener")]
+    pub host: IpAddr,
+    /// Port to listen on.
+    #[arg(
+        long,
+        env = "GENFRONT_PORT",
+        default_value_t = 8000,
+        help_heading = "Listener"
+    )]
+    pub port: u16,
+
+    /// Format of `POST /generate`: `sglang` (default) or `vllm`.
+    #[arg(long, env = "DYN_GENERATE_FORMAT", help_heading = "Routes")]
+    pub generate_format: Option<String>,
+    /// Extra route `PATH=FORMAT` (repeatable; env: comma-separated).
+    #[arg(long = "route", env = "GENFRONT_ROUTES", value_delimiter = ',', value_parser = parse_route, help_heading = "Routes")]
+    pub routes: Vec<(String, String)>,
+    /// Stream SGLang responses in incremental mode (SGLang's `--incremental-streaming-output`)
+    /// instead of the default cumulative mode.
+    #[arg(long, env = "GENFRONT_SGLANG_INCREMENTAL_STREAMING", value_parser = BoolishValueParser::new(), num_args = 0..=1, default_value_t = false, default_missing_value = "true", help_heading = "Routes")]
+    pub sglang_incremental_streaming: bool,
+
+    /// Number of in-process mock engines (round robin).
+    #[arg(
+        long,
+        env = "GENFRONT_MOCK",
+        default_value_t = 1,
+        help_heading = "Mock engine"
+    )]
+    pub mock: usize,
+    /// Divide every mock delay by this factor.
+    #[arg(
+        long,
+        env = "GENFRONT_MOCK_SPEEDUP",
+        default_value_t = 1.0,
+        help_heading = "Mock engine"
+    )]
+    pub mock_speedup: f64,
+    /// No mock delays at all (for benchmarks).
+    #[arg(long, env = "GENFRONT_MOCK_ZERO_DELAY", value_parser = BoolishValueParser::new(), num_args = 0..=1, default_value_t = false, default_missing_value = "true", help_heading = "Mock engine")]
+    pub mock_zero_delay: bool,
+    /// Served model name of the mock engines.
+    #[arg(
+        long,
+        env = "GENFRONT_MOCK_MODEL",
+        default_value = "genfront-mock",
+        help_heading = "Mock engine"
+    )]
+    pub mock_model: String,
+    /// Other names the mock model answers to (repeatable; like vLLM's `--served-model-name a b`).
+    #[arg(
+        long = "mock-model-alias",
+        env = "GENFRONT_MOCK_MODEL_ALIASES",
+        value_delimiter = ',',
+        help_heading = "Mock engine"
+    )]
+    pub mock_model_aliases: Vec<String>,
+    /// Vocabulary size of the mock model.
+    #[arg(
+        long,
+        env = "GENFRONT_MOCK_VOCAB_SIZE",
+        default_value_t = 152_064,
+        help_heading = "Mock engine"
+    )]
+    pub mock_vocab_size: u32,
+    /// Context length of the mock model, in tokens.
+    #[arg(
+        long,
+        env = "GENFRONT_MOCK_CONTEXT_LEN",
+        default_value_t = 32_768,
+        help_heading = "Mock engine"
+    )]
+    pub mock_context_len: u32,
+    /// End-of-sequence token id of the mock model.
+    #[arg(
+        long,
+        env = "GENFRONT_MOCK_EOS_TOKEN_ID",
+        default_value_t = 2,
+        help_heading = "Mock engine"
+    )]
+    pub mock_eos_token_id: u32,
+    /// Scripted fault for every mock engine (repeatable), e.g. `error@3:unavailable`,
+    /// `fail-after@2:5`, `stall@1:3`.
+    #[arg(
+        long = "mock-fault",
+        env = "GENFRONT_MOCK_FAULTS",
+        value_delimiter = ',',
+        help_heading = "Mock engine"
+    )]
+    pub mock_faults: Vec<ScriptedFault>,
+
+    /// Maximum request body size (bytes, or with a KiB/MiB/GiB suffix).
+    #[arg(long, env = "GENFRONT_BODY_LIMIT", default_value = "64MiB", value_parser = parse_byte_size, help_heading = "Limits")]
+    pub body_limit: usize,
+    /// Maximum concurrent generate requests (503 with Retry-After beyond it); unlimited if unset.
+    #[arg(
+        long,
+        env = "GENFRONT_MAX_CONCURRENT_REQUESTS",
+        help_heading = "Limits"
+    )]
+    pub max_concurrent_requests: Option<usize>,
+    /// How long in-flight requests may finish after SIGTERM/SIGINT before they are aborted
+    /// (e.g. `30s`, `500ms`).
+    #[arg(long, env = "GENFRONT_SHUTDOWN_GRACE", default_value = "30s", value_parser = parse_duration, help_heading = "Limits")]
+    pub shutdown_grace: Duration,
+
+    /// Append one JSON line per finished request to this file (RL replay trace).
+    #[arg(long, env = "GENFRONT_TRACE_FILE", help_heading = "Observability")]
+    pub trace_file: Option<PathBuf>,
+}
+
+impl Default for ServeArgs {
+    fn default() -> Self {
+        Self::parse_from(["serve"])
+    }
+}
+
+#[derive(Parser)]
+struct ServeOnly {
+    #[command(flatten)]
+    args: ServeArgs,
+}
+
+impl ServeArgs {
+    /// Parse `serve` flags from an argv (first item = program name); handy for tests.
+    pub fn parse_from<I, T>(argv: I) -> Self
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        ServeOnly::parse_from(argv).args
+    }
+
+    /// Route configuration for [`genfront_format::resolve_routes`].
+    pub fn route_config(&self) -> RouteConfig {
+        RouteConfig {
+            generate_format: self.generate_format.clone(),
+            extra_routes: self.routes.clone(),
+            settings: FormatSettings {
+                incremental_streaming: self.sglang_incremental_streaming,
+            },
+        }
+    }
+
+    /// Frontend limits.
+    pub fn frontend_config(&self) -> FrontendConfig {
+        FrontendConfig {
+            body_limit: self.body_limit,
+            max_concurrent_requests: self.max_concurrent_requests,
+            ..FrontendConfig::default()
+        }
+    }
+
+    /// The mock engine configuration these flags describe.
+    pub fn mock_config(&self) -> MockConfig {
+        let mut cfg = if self.mock_zero_delay {
+            MockConfig::zero_delay()
+        } else {
+            MockConfig::default()
+        };
+        cfg.speedup = self.mock_speedup;
+        cfg.info.model = self.mock_model.clone();
+        cfg.info.model_aliases = self.mock_model_aliases.clone();
+        cfg.info.vocab_size = self.mock_vocab_size;
+        cfg.info.max_context_len = self.mock_context_len;
+        cfg.info.eos_token_ids = vec![self.mock_eos_token_id];
+        cfg.faults = self.mock_faults.clone();
+        cfg
+    }
+
+    /// Build the `--mock N` engines.
+    ///
+    /// # Errors
+    /// An invalid mock configuration.
+    pub fn mock_engines(&self) -> anyhow::Result<Vec<Arc<dyn Engine>>> {
+        let cfg = self.mock_config();
+        (0..self.mock)
+            .map(|_| Ok(Arc::new(MockEngine::new(cfg.clone())?) as Arc<dyn Engine>))
+            .collect()
+    }
+}
+
+fn parse_route(s: &str) -> Result<(String, String), String> {
+    let (path, format) = s
+        .split_once('=')
+        .ok_or_else(|| format!("expected PATH=FORMAT, got `{s}`"))?;
+    Ok((path.trim().to_owned(), format.trim().to_owned()))
+}
+
+/// Parse a byte size: a plain number of bytes or a number with `KiB`, `MiB`, `GiB` (or `K`, `M`,
+/// `G`, `KB`, `MB`, `GB`, all binary) suffix.
+///
+/// # Errors
+/// Not a number, unknown suffix, or overflow.
+pub fn parse_byte_size(s: &str) -> Result<usize, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: usize = num.parse().map_err(|_| format!("invalid size `{s}`"))?;
+    let mult: usize = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        other => return Err(format!("unknown size unit `{other}` in `{s}`")),
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("size `{s}` overflows"))
+}
+
+/// Parse a duration: a number with `ms`, `s`, `m` or `h` suffix (plain number = seconds).
+///
+/// # Errors
+/// Not a number or unknown suffix.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num.parse().map_err(|_| format!("invalid duration `{s}`"))?;
+    let secs = match unit.trim() {
+        "" | "s" => n,
+        "ms" => n / 1000.0,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        other => return Err(format!("unknown duration unit `{other}` in `{s}`")),
+    };
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("invalid duration `{s}`: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use genfront_frontend::DEFAULT_BODY_LIMIT;
+
+    use super::*;
+
+    #[test]
+    fn defaults() {
+        let a = ServeArgs::default();
+        assert_eq!(a.port, 8000);
+        assert_eq!(a.body_limit, DEFAULT_BODY_LIMIT);
+        assert_eq!(a.shutdown_grace, Duration::from_secs(30));
+        assert_eq!(a.mock, 1);
+        assert!(!a.sglang_incremental_streaming);
+        assert!(a.max_concurrent_requests.is_none());
+    }
+
+    #[test]
+    fn sizes_and_durations() {
+        assert_eq!(parse_byte_size("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_byte_size("1024"), Ok(1024));
+        assert_eq!(parse_byte_size("2k"), Ok(2048));
+        assert!(parse_byte_size("12 parsecs").is_err());
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn flags_parse() {
+        let a = ServeArgs::parse_from([
+            "serve",
+            "--mock",
+            "2",
+            "--port",
+            "9",
+            "--route",
+            "/x=vllm",
+            "--sglang-incremental-streaming",
+            "--body-limit",
+            "1KiB",
+            "--max-concurrent-requests",
+            "4",
+        ]);
+        assert_eq!(a.mock, 2);
+        assert_eq!(a.routes, vec![("/x".to_owned(), "vllm".to_owned())]);
+        assert!(a.sglang_incremental_streaming);
+        assert_eq!(a.body_limit, 1024);
+        assert_eq!(a.max_concurrent_requests, Some(4));
+    }
+}

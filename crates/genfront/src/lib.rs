@@ -1,0 +1,179 @@
+//! The `genfront` binary's library: command-line configuration ([`Cli`]) and the commands it
+//! runs. `genfront serve` runs the shared HTTP frontend over in-process mock engines.
+//!
+//! Start at [`run`] and [`serve`].
+
+mod catalog;
+mod config;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+pub use catalog::CATALOG;
+pub use config::{Cli, Command, ServeArgs, parse_byte_size, parse_duration};
+use genfront_format::{Route, resolve_routes};
+use genfront_frontend::{AppState, EnginePool, Metrics, TraceSink};
+use genfront_protocol::Engine;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// Install the `tracing` subscriber (`RUST_LOG`, default `info`).
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .try_init();
+}
+
+/// Run a parsed command line to completion.
+///
+/// # Errors
+/// Start-up configuration errors (unknown format, duplicate route, bind failure, …).
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the tokio runtime")?;
+    match cli.command {
+        Command::Serve(args) => rt.block_on(async move {
+            let server = Server::build(&args)?;
+            let addr = SocketAddr::new(args.host, args.port);
+            let listener = TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot bind {addr}"))?;
+            let shutdown = CancellationToken::new();
+            tokio::spawn(watch_signals(shutdown.clone()));
+            server.serve(listener, shutdown).await
+        }),
+    }
+}
+
+async fn watch_signals(shutdown: CancellationToken) {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutdown signal received; draining in-flight requests");
+    shutdown.cancel();
+}
+
+/// A configured frontend, ready to serve on a listener.
+#[derive(Debug)]
+pub struct Server {
+    /// Shared state (engines, in-flight registry, metrics).
+    pub state: Arc<AppState>,
+    /// The resolved route table.
+    pub routes: Vec<Route>,
+    /// How long in-flight requests may run after shutdown starts.
+    pub shutdown_grace: Duration,
+}
+
+impl Server {
+    /// Build engines, resolve routes and open the trace file from `args`.
+    ///
+    /// # Errors
+    /// An unknown `DYN_GENERATE_FORMAT`, duplicate or invalid routes, no engines, a bad mock
+    /// configuration, or a trace file that cannot be opened.
+    pub fn build(args: &ServeArgs) -> anyhow::Result<Self> {
+        let routes = resolve_routes(&CATALOG, &args.route_config())?;
+        let engines = args.mock_engines()?;
+        if engines.is_empty() {
+            anyhow::bail!("no engines configured: start with --mock N (N >= 1)");
+        }
+        Self::with_engines(args, routes, engines)
+    }
+
+    /// A server over the given engines (tests use this to keep handles on mock engines).
+    ///
+    /// # Errors
+    /// The trace file cannot be opened.
+    pub fn with_engines(
+        args: &ServeArgs,
+        routes: Vec<Route>,
+        engines: Vec<Arc<dyn Engine>>,
+    ) -> anyhow::Result<Self> {
+        let metrics = Arc::new(Metrics::new());
+        let trace = match &args.trace_file {
+            Some(path) => Some(
+                TraceSink::open(path, metrics.clone())
+                    .with_context(|| format!("cannot open trace file {}", path.display()))?,
+            ),
+            None => None,
+        };
+        let state = AppState::with_metrics(
+            EnginePool::new(engines),
+            args.frontend_config(),
+            metrics,
+            trace,
+        );
+        Ok(Self {
+            state,
+            routes,
+            shutdown_grace: args.shutdown_grace,
+        })
+    }
+
+    /// The axum app.
+    pub fn router(&self) -> axum::Router {
+        genfront_frontend::app(self.state.clone(), &self.routes)
+    }
+
+    /// Serve until `shutdown` fires, then stop accepting, let in-flight requests finish for up
+    /// to the grace period, cancel the rest (engine aborts), and return once connections close.
+    ///
+    /// # Errors
+    /// Accept-loop I/O errors.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<()> {
+        let local = listener.local_addr().ok();
+        let routes: Vec<_> = self
+            .routes
+            .iter()
+            .map(|r| format!("{} ({})", r.path, r.format.name()))
+            .collect();
+        tracing::info!(address = ?local, routes = ?routes, engines = self.state.pool.len(), "genfront serving");
+        let state = self.state.clone();
+        let grace = self.shutdown_grace;
+        let sd = shutdown.clone();
+        let deadline = tokio::spawn(async move {
+            sd.cancelled().await;
+            tokio::time::sleep(grace).await;
+            let n = state.abort_all_for_shutdown();
+            if n > 0 {
+                tracing::warn!(
+                    aborted = n,
+                    "shutdown grace elapsed; aborted in-flight requests"
+                );
+            }
+        });
+        let app = self.router();
+        axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown.cancelled_owned())
+            .await
+            .context("server error")?;
+        deadline.abort();
+        tracing::info!("genfront stopped");
+        Ok(())
+    }
+}
