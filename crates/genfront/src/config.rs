@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::builder::BoolishValueParser;
 use clap::{Args, Parser, Subcommand};
+pub use genfront_bench::args::parse_duration;
 use genfront_format::{FormatSettings, RouteConfig};
 use genfront_frontend::FrontendConfig;
 use genfront_mocker::{MockConfig, MockEngine, ScriptedFault};
@@ -27,6 +28,9 @@ pub struct Cli {
 pub enum Command {
     /// Run the frontend (with in-process mock engines: `--mock N`).
     Serve(ServeArgs),
+    /// Load-test a running SGLang- or vLLM-native server (genfront or an engine) and report
+    /// throughput, latency/TTFT/ITL percentiles and per-process CPU and memory.
+    Bench(genfront_bench::BenchArgs),
 }
 
 /// `genfront serve` flags.
@@ -114,6 +118,13 @@ pub struct ServeArgs {
         help_heading = "Mock engine"
     )]
     pub mock_eos_token_id: u32,
+    /// Report routed experts (MoE routing replay), like vLLM's `--enable-return-routed-experts`;
+    /// SGLang clients still ask per request with `return_routed_experts`.
+    #[arg(long, env = "GENFRONT_MOCK_ROUTED_EXPERTS", value_parser = BoolishValueParser::new(), num_args = 0..=1, default_value_t = true, default_missing_value = "true", help_heading = "Mock engine")]
+    pub mock_routed_experts: bool,
+    /// Report sampling masks, like vLLM's `--return-sampling-mask`.
+    #[arg(long, env = "GENFRONT_MOCK_SAMPLING_MASK", value_parser = BoolishValueParser::new(), num_args = 0..=1, default_value_t = false, default_missing_value = "true", help_heading = "Mock engine")]
+    pub mock_sampling_mask: bool,
     /// Scripted fault for every mock engine (repeatable), e.g. `error@3:unavailable`,
     /// `fail-after@2:5`, `stall@1:3`.
     #[arg(
@@ -199,6 +210,8 @@ impl ServeArgs {
         cfg.info.vocab_size = self.mock_vocab_size;
         cfg.info.max_context_len = self.mock_context_len;
         cfg.info.eos_token_ids = vec![self.mock_eos_token_id];
+        cfg.info.routed_experts = self.mock_routed_experts;
+        cfg.info.sampling_mask = self.mock_sampling_mask;
         cfg.faults = self.mock_faults.clone();
         cfg
     }
@@ -241,27 +254,6 @@ pub fn parse_byte_size(s: &str) -> Result<usize, String> {
     };
     n.checked_mul(mult)
         .ok_or_else(|| format!("size `{s}` overflows"))
-}
-
-/// Parse a duration: a number with `ms`, `s`, `m` or `h` suffix (plain number = seconds).
-///
-/// # Errors
-/// Not a number or unknown suffix.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: f64 = num.parse().map_err(|_| format!("invalid duration `{s}`"))?;
-    let secs = match unit.trim() {
-        "" | "s" => n,
-        "ms" => n / 1000.0,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        other => return Err(format!("unknown duration unit `{other}` in `{s}`")),
-    };
-    Duration::try_from_secs_f64(secs).map_err(|e| format!("invalid duration `{s}`: {e}"))
 }
 
 #[cfg(test)]

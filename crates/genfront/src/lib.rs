@@ -1,5 +1,6 @@
 //! The `genfront` binary's library: command-line configuration ([`Cli`]) and the commands it
-//! runs. `genfront serve` runs the shared HTTP frontend over in-process mock engines.
+//! runs. `genfront serve` runs the shared HTTP frontend over in-process mock engines;
+//! `genfront bench` load-tests a running server.
 //!
 //! Start at [`run`] and [`serve`].
 
@@ -48,6 +49,11 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             let shutdown = CancellationToken::new();
             tokio::spawn(watch_signals(shutdown.clone()));
             server.serve(listener, shutdown).await
+        }),
+        Command::Bench(args) => rt.block_on(async move {
+            let report = genfront_bench::run(&args).await?;
+            genfront_bench::print_table(&report);
+            Ok(())
         }),
     }
 }
