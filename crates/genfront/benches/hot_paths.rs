@@ -1,0 +1,153 @@
+//! Criterion micro-benchmarks of the per-request and per-token hot paths of both formats:
+//! parse + validate + project, SSE frame assembly per token, and unary assembly with logprobs.
+//!
+//! Run with `cargo bench -p genfront --bench hot_paths`. Numbers are per iteration; compare runs
+//! side by side on the same machine rather than reading absolute times.
+
+#![allow(missing_docs)]
+
+use std::hint::black_box;
+
+use bytes::Bytes;
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use genfront_format::{FormatSettings, GenerateFormat, ParseInput, Prepared};
+use genfront_protocol::{Candidate, EngineInfo, EngineOutput, FinishReason, TokenLogprob, Usage};
+use http::HeaderMap;
+use serde_json::json;
+
+const PROMPT: usize = 512;
+const TOKENS: u32 = 256;
+
+fn headers() -> HeaderMap {
+    let mut h = HeaderMap::new();
+    h.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    h
+}
+
+fn sglang(incremental: bool) -> Box<dyn GenerateFormat> {
+    let f = genfront_sglang::SglangFormat::new(&FormatSettings { incremental_streaming: incremental });
+    Box::new(f)
+}
+
+fn vllm() -> Box<dyn GenerateFormat> {
+    Box::new(genfront_vllm::VllmFormat::new())
+}
+
+fn sglang_body(stream: bool, logprobs: bool) -> Vec<u8> {
+    let ids: Vec<u32> = (0..PROMPT as u32).map(|i| (i * 7919) % 150_000).collect();
+    serde_json::to_vec(&json!({
+        "rid": "bench", "input_ids": ids, "stream": stream,
+        "sampling_params": {"max_new_tokens": TOKENS, "temperature": 0.7, "top_p": 0.95, "ignore_eos": true,
+                            "skip_special_tokens": false, "no_stop_trim": true},
+        "return_logprob": logprobs, "top_logprobs_num": if logprobs { 5 } else { 0 },
+    }))
+    .unwrap_or_default()
+}
+
+fn vllm_body(stream: bool, logprobs: bool) -> Vec<u8> {
+    let ids: Vec<u32> = (0..PROMPT as u32).map(|i| (i * 7919) % 150_000).collect();
+    let mut sp = json!({"max_tokens": TOKENS, "temperature": 0.7, "top_p": 0.95, "ignore_eos": true});
+    if logprobs {
+        sp["logprobs"] = json!(5);
+    }
+    serde_json::to_vec(&json!({"request_id": "bench", "token_ids": ids, "stream": stream, "sampling_params": sp}))
+        .unwrap_or_default()
+}
+
+fn engine() -> EngineInfo {
+    EngineInfo { routed_experts: false, sampling_mask: false, ..EngineInfo::default() }
+}
+
+fn prepare(format: &dyn GenerateFormat, body: &[u8]) -> Prepared {
+    let h = headers();
+    let info = engine();
+    format
+        .prepare(ParseInput { headers: &h, body, engine: &info })
+        .unwrap_or_else(|r| panic!("bench request rejected: {:?}", r.error))
+}
+
+fn outputs(logprobs: bool) -> Vec<EngineOutput> {
+    (0..TOKENS)
+        .map(|i| {
+            let token = (i * 31 + 7) % 150_000;
+            EngineOutput {
+                token_ids: vec![token],
+                logprobs: logprobs.then(|| {
+                    vec![TokenLogprob {
+                        token_id: token,
+                        logprob: -0.25 - f64::from(i % 7) * 0.1,
+                        rank: Some(1),
+                        top: (0..5)
+                            .map(|k| Candidate {
+                                token_id: token + k,
+                                logprob: -0.25 - f64::from(k) * 0.5,
+                                rank: Some(k + 1),
+                            })
+                            .collect(),
+                        selected: Vec::new(),
+                    }]
+                }),
+                usage: Some(Usage { prompt_tokens: PROMPT as u32, completion_tokens: i + 1, cached_tokens: 0 }),
+                finish_reason: (i + 1 == TOKENS).then_some(FinishReason::Length { length: TOKENS }),
+                ..EngineOutput::default()
+            }
+        })
+        .collect()
+}
+
+fn bench_prepare(c: &mut Criterion) {
+    let mut g = c.benchmark_group("prepare");
+    g.throughput(Throughput::Elements(1));
+    let s = sglang(false);
+    let sb = sglang_body(false, true);
+    g.bench_function("sglang_512_tokens", |b| b.iter(|| black_box(prepare(&*s, black_box(&sb)))));
+    let v = vllm();
+    let vb = vllm_body(false, true);
+    g.bench_function("vllm_512_tokens", |b| b.iter(|| black_box(prepare(&*v, black_box(&vb)))));
+    g.finish();
+}
+
+fn drive(prepared: Prepared, outs: &[EngineOutput], stream: bool) -> usize {
+    let mut asm = prepared.assembler;
+    let mut events: Vec<Bytes> = Vec::new();
+    let mut bytes = 0;
+    for o in outs {
+        asm.on_output(0, o.clone(), &mut events).unwrap_or_else(|e| panic!("{e}"));
+        bytes += events.drain(..).map(|e| e.len()).sum::<usize>();
+    }
+    if stream {
+        asm.finish_stream(&mut events).unwrap_or_else(|e| panic!("{e}"));
+        bytes + events.iter().map(Bytes::len).sum::<usize>()
+    } else {
+        asm.finish_unary().map(|r| r.body.len()).unwrap_or_else(|e| panic!("{e}"))
+    }
+}
+
+fn bench_assembly(c: &mut Criterion) {
+    let mut g = c.benchmark_group("assemble_256_tokens");
+    g.throughput(Throughput::Elements(u64::from(TOKENS)));
+    for logprobs in [false, true] {
+        let outs = outputs(logprobs);
+        let lp = if logprobs { "_logprobs5" } else { "" };
+        let cases: Vec<(String, Box<dyn GenerateFormat>, Vec<u8>, bool)> = vec![
+            (format!("sglang_unary{lp}"), sglang(false), sglang_body(false, logprobs), false),
+            (format!("sglang_sse_incremental{lp}"), sglang(true), sglang_body(true, logprobs), true),
+            (format!("sglang_sse_cumulative{lp}"), sglang(false), sglang_body(true, logprobs), true),
+            (format!("vllm_unary{lp}"), vllm(), vllm_body(false, logprobs), false),
+            (format!("vllm_sse{lp}"), vllm(), vllm_body(true, logprobs), true),
+        ];
+        for (name, format, body, stream) in cases {
+            g.bench_function(&name, |b| {
+                b.iter_batched(
+                    || prepare(&*format, &body),
+                    |p| black_box(drive(p, &outs, stream)),
+                    BatchSize::SmallInput,
+                )
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench_prepare, bench_assembly);
+criterion_main!(benches);
