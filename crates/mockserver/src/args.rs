@@ -1,0 +1,286 @@
+//! [`MockServerArgs`]: the `genfront mocker` flags, one typed tree, every flag with an env name.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use clap::builder::BoolishValueParser;
+use clap::{Args, Parser, ValueEnum};
+use genfront_format::CatalogEntry;
+use genfront_mocker::{MockConfig, ScriptedFault};
+
+use crate::fault::{HttpFault, MockFault};
+
+/// Default vocabulary size (Qwen2-sized).
+pub const DEFAULT_VOCAB_SIZE: u32 = 152_064;
+/// Default context length, in tokens.
+pub const DEFAULT_CONTEXT_LEN: u32 = 32_768;
+/// Default end-of-sequence token id.
+pub const DEFAULT_EOS_TOKEN_ID: u32 = 2;
+/// Default served model name.
+pub const DEFAULT_MODEL: &str = "genfront-mock";
+
+/// Which engine's native API the mock server speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Api {
+    /// SGLang: `POST`/`PUT /generate`, `POST /abort_request`, `/health_generate`, model and
+    /// server info. Default port 30000, like `sglang.launch_server`.
+    Sglang,
+    /// vLLM: `POST /inference/v1/generate`, `POST /inference/v1/abort_requests`, `/v1/models`.
+    /// Default port 8000, like `vllm serve`.
+    Vllm,
+}
+
+impl Api {
+    /// The engine's own default port: 30000 for SGLang, 8000 for vLLM.
+    pub fn default_port(self) -> u16 {
+        match self {
+            Api::Sglang => 30000,
+            Api::Vllm => 8000,
+        }
+    }
+
+    /// The format's catalog entry (native path, methods, constructor).
+    pub fn catalog_entry(self) -> &'static CatalogEntry {
+        match self {
+            Api::Sglang => &genfront_sglang::CATALOG_ENTRY,
+            Api::Vllm => &genfront_vllm::CATALOG_ENTRY,
+        }
+    }
+
+    /// The native generate path (`/generate` or `/inference/v1/generate`).
+    pub fn generate_path(self) -> &'static str {
+        self.catalog_entry().native_path
+    }
+
+    /// The native abort path (`/abort_request` or `/inference/v1/abort_requests`).
+    pub fn abort_path(self) -> &'static str {
+        match self {
+            Api::Sglang => genfront_sglang::ABORT_PATH,
+            Api::Vllm => genfront_vllm::ABORT_PATH,
+        }
+    }
+
+    /// Lower-case name, as `--api` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Api::Sglang => "sglang",
+            Api::Vllm => "vllm",
+        }
+    }
+}
+
+/// `genfront mocker` flags: one native mock engine server (SGLang- or vLLM-native) over one
+/// in-process [`genfront_mocker::MockEngine`], with scripted engine- and HTTP-level faults.
+#[derive(Debug, Clone, Args)]
+pub struct MockServerArgs {
+    /// Native API to serve.
+    #[arg(long, env = "GENFRONT_MOCKER_API", value_enum, default_value_t = Api::Sglang, help_heading = "Server")]
+    pub api: Api,
+    /// Address to listen on.
+    #[arg(long, env = "GENFRONT_MOCKER_HOST", default_value_t = IpAddr::V4(Ipv4Addr::LOCALHOST), help_heading = "Server")]
+    pub host: IpAddr,
+    /// Port to listen on [default: 30000 with `--api sglang`, 8000 with `--api vllm`].
+    #[arg(long, env = "GENFRONT_MOCKER_PORT", help_heading = "Server")]
+    pub port: Option<u16>,
+    /// SGLang only: stream incremental chunks (SGLang's `--incremental-streaming-output`)
+    /// instead of the default cumulative ones. Ignored with `--api vllm`.
+    #[arg(long, env = "GENFRONT_MOCKER_INCREMENTAL_STREAMING", value_parser = BoolishValueParser::new(), num_args = 0..=1, default_value_t = false, default_missing_value = "true", help_heading = "Server")]
+    pub incremental_streaming: bool,
+
+    /// Divide every mock delay by this factor.
+    #[arg(
+        long,
+        env = "GENFRONT_MOCKER_SPEEDUP",
+        default_value_t = 1.0,
+        help_heading = "Timing"
+    )]
+    pub mock_speedup: f64,
+    /// No delays at all: tokens are produced as fast as they are read.
+    #[arg(long, env = "GENFRONT_MOCKER_ZERO_DELAY", value_parser = BoolishValueParser::new(), num_args = 0..=1, default_value_t = false, default_missing_value = "true", help_heading = "Timing")]
+    pub zero_delay: bool,
+
+    /// Served model name (SGLang `model_path`, vLLM `model`).
+    #[arg(long, env = "GENFRONT_MOCKER_MODEL", default_value = DEFAULT_MODEL, help_heading = "Model")]
+    pub model: String,
+    /// Vocabulary size: valid token ids are `0..N`.
+    #[arg(long, env = "GENFRONT_MOCKER_VOCAB_SIZE", default_value_t = DEFAULT_VOCAB_SIZE, help_heading = "Model")]
+    pub vocab_size: u32,
+    /// Context length (prompt + output), in tokens.
+    #[arg(long, env = "GENFRONT_MOCKER_CONTEXT_LEN", default_value_t = DEFAULT_CONTEXT_LEN, help_heading = "Model")]
+    pub context_len: u32,
+    /// End-of-sequence token id.
+    #[arg(long, env = "GENFRONT_MOCKER_EOS_TOKEN_ID", default_value_t = DEFAULT_EOS_TOKEN_ID, help_heading = "Model")]
+    pub eos_token_id: u32,
+    /// Report routed experts (vLLM's `--enable-return-routed-experts`; SGLang clients also ask
+    /// per request with `return_routed_experts`).
+    #[arg(long, env = "GENFRONT_MOCKER_ENABLE_RETURN_ROUTED_EXPERTS", value_parser = BoolishValueParser::new(), num_args = 0..=1, default_value_t = false, default_missing_value = "true", help_heading = "Model")]
+    pub enable_return_routed_experts: bool,
+    /// Report sampling masks (vLLM's `--return-sampling-mask`).
+    #[arg(long, env = "GENFRONT_MOCKER_RETURN_SAMPLING_MASK", value_parser = BoolishValueParser::new(), num_args = 0..=1, default_value_t = false, default_missing_value = "true", help_heading = "Model")]
+    pub return_sampling_mask: bool,
+
+    /// Scripted fault (repeatable; env: comma-separated). Engine faults: `error@K:KIND[:MSG]`,
+    /// `fail-after@K:N[:KIND[:MSG]]`, `stall@K:N`, `finish-error@K:N[:MSG]` (K counts engine
+    /// requests). HTTP faults: `http-status@K:STATUS[:MSG]`, `drop@K:N`, `malformed@K:N`,
+    /// `abort-status@K:STATUS[:MSG]` (SGLang only; K counts generate HTTP requests). K is
+    /// 1-based or `*` for every request.
+    #[arg(
+        long = "fault",
+        env = "GENFRONT_MOCKER_FAULTS",
+        value_delimiter = ',',
+        help_heading = "Faults"
+    )]
+    pub faults: Vec<MockFault>,
+}
+
+#[derive(Parser)]
+struct MockerOnly {
+    #[command(flatten)]
+    args: MockServerArgs,
+}
+
+impl Default for MockServerArgs {
+    /// [`MockServerArgs::new`] for SGLang.
+    fn default() -> Self {
+        Self::new(Api::Sglang)
+    }
+}
+
+impl MockServerArgs {
+    /// The flag defaults for `api` (no environment is read): loopback, the engine's default
+    /// port, cumulative streaming, realistic timing, no faults.
+    pub fn new(api: Api) -> Self {
+        Self {
+            api,
+            host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            port: None,
+            incremental_streaming: false,
+            mock_speedup: 1.0,
+            zero_delay: false,
+            model: DEFAULT_MODEL.to_owned(),
+            vocab_size: DEFAULT_VOCAB_SIZE,
+            context_len: DEFAULT_CONTEXT_LEN,
+            eos_token_id: DEFAULT_EOS_TOKEN_ID,
+            enable_return_routed_experts: false,
+            return_sampling_mask: false,
+            faults: Vec::new(),
+        }
+    }
+
+    /// Parse the flags from an argv (first item = program name; environment variables apply).
+    ///
+    /// # Errors
+    /// clap's error for unknown flags or bad values (print it with `err.exit()` in a binary).
+    pub fn try_parse_from<I, T>(argv: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        MockerOnly::try_parse_from(argv).map(|m| m.args)
+    }
+
+    /// `--port`, or the API's default port.
+    pub fn port(&self) -> u16 {
+        self.port.unwrap_or_else(|| self.api.default_port())
+    }
+
+    /// The address to bind: `--host` and [`MockServerArgs::port`].
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::new(self.host, self.port())
+    }
+
+    /// The engine-level faults (handed to the mock engine).
+    pub fn engine_faults(&self) -> Vec<ScriptedFault> {
+        self.faults
+            .iter()
+            .filter_map(|f| match f {
+                MockFault::Engine(e) => Some(e.clone()),
+                MockFault::Http(_) => None,
+            })
+            .collect()
+    }
+
+    /// The HTTP-level faults (applied by the server's fault layer), in flag order.
+    pub fn http_faults(&self) -> Vec<HttpFault> {
+        self.faults
+            .iter()
+            .filter_map(|f| match f {
+                MockFault::Http(h) => Some(h.clone()),
+                MockFault::Engine(_) => None,
+            })
+            .collect()
+    }
+
+    /// The mock engine configuration these flags describe (validated by
+    /// [`genfront_mocker::MockEngine::new`]).
+    pub fn mock_config(&self) -> MockConfig {
+        let mut cfg = if self.zero_delay {
+            MockConfig::zero_delay()
+        } else {
+            MockConfig::default()
+        };
+        cfg.speedup = self.mock_speedup;
+        cfg.info.model = self.model.clone();
+        cfg.info.vocab_size = self.vocab_size;
+        cfg.info.max_context_len = self.context_len;
+        cfg.info.eos_token_ids = vec![self.eos_token_id];
+        cfg.info.routed_experts = self.enable_return_routed_experts;
+        cfg.info.sampling_mask = self.return_sampling_mask;
+        cfg.faults = self.engine_faults();
+        cfg
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_ports() {
+        let a = MockServerArgs::try_parse_from(["mocker"]).expect("parses");
+        assert_eq!(a.api, Api::Sglang);
+        assert_eq!(a.port(), 30000);
+        assert_eq!(a.host, IpAddr::V4(Ipv4Addr::LOCALHOST));
+        assert_eq!(a.vocab_size, 152_064);
+        assert!(!a.incremental_streaming && !a.zero_delay);
+        let v = MockServerArgs::try_parse_from(["mocker", "--api", "vllm"]).expect("parses");
+        assert_eq!(v.port(), 8000);
+        let p = MockServerArgs::try_parse_from(["mocker", "--api", "vllm", "--port", "9"])
+            .expect("parses");
+        assert_eq!(p.addr().port(), 9);
+        assert_eq!(MockServerArgs::new(Api::Vllm).port(), 8000);
+    }
+
+    #[test]
+    fn flags_parse() {
+        let a = MockServerArgs::try_parse_from([
+            "mocker",
+            "--incremental-streaming",
+            "--zero-delay",
+            "--enable-return-routed-experts",
+            "--return-sampling-mask",
+            "--model",
+            "m",
+            "--context-len",
+            "64",
+            "--fault",
+            "error@3:unavailable",
+            "--fault",
+            "drop@1:2",
+            "--fault",
+            "http-status@*:503",
+        ])
+        .expect("parses");
+        assert!(a.incremental_streaming && a.zero_delay);
+        assert_eq!(a.engine_faults().len(), 1);
+        assert_eq!(a.http_faults().len(), 2);
+        let cfg = a.mock_config();
+        assert!(cfg.is_zero_delay());
+        assert!(cfg.info.routed_experts && cfg.info.sampling_mask);
+        assert_eq!(
+            (cfg.info.model.as_str(), cfg.info.max_context_len),
+            ("m", 64)
+        );
+        assert!(MockServerArgs::try_parse_from(["mocker", "--fault", "explode@1"]).is_err());
+        assert!(MockServerArgs::try_parse_from(["mocker", "--api", "trt"]).is_err());
+    }
+}
