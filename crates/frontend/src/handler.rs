@@ -119,7 +119,7 @@ pub(crate) async fn generate(
     let prepared = match format.prepare(ParseInput {
         headers: &headers,
         body: &body,
-        engine: state.pool.info(),
+        engine: state.pool.info_for(format.name()),
     }) {
         Ok(p) => p,
         Err(rej) => return reject(&mut tracker, &*format, &rej.error, rej.stream),
@@ -157,7 +157,7 @@ async fn dispatch(
     let mut registrations = Vec::with_capacity(subs.len());
     let mut streams: Vec<BoxStream<'static, Tagged>> = Vec::with_capacity(subs.len());
     for (i, sub) in subs.into_iter().enumerate() {
-        let Some((worker, engine)) = state.pool.pick() else {
+        let Some((worker, engine)) = state.pool.pick_for(format.name()) else {
             let resp = reject(&mut tracker, &*format, &GenerateError::NoEngine, false);
             return with_request_id(resp, client_id.as_deref());
         };

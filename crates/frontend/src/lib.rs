@@ -195,13 +195,14 @@ pub fn app(state: Arc<AppState>, routes: &[Route]) -> Router {
             }
             aux_paths.push(aux.path);
             let st = state.clone();
+            let name = route.format.name();
             router = match aux.kind {
                 AuxKind::ModelInfo(render) => router.route(
                     aux.path,
                     get(move || {
                         let st = st.clone();
                         async move {
-                            let r = render(st.pool.info());
+                            let r = render(st.pool.info_for(name));
                             let mut resp = (r.status, r.body).into_response();
                             resp.headers_mut()
                                 .insert(CONTENT_TYPE, HeaderValue::from_static(r.content_type));

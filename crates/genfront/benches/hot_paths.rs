@@ -20,12 +20,17 @@ const TOKENS: u32 = 256;
 
 fn headers() -> HeaderMap {
     let mut h = HeaderMap::new();
-    h.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    h.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
     h
 }
 
 fn sglang(incremental: bool) -> Box<dyn GenerateFormat> {
-    let f = genfront_sglang::SglangFormat::new(&FormatSettings { incremental_streaming: incremental });
+    let f = genfront_sglang::SglangFormat::new(&FormatSettings {
+        incremental_streaming: incremental,
+    });
     Box::new(f)
 }
 
@@ -46,23 +51,34 @@ fn sglang_body(stream: bool, logprobs: bool) -> Vec<u8> {
 
 fn vllm_body(stream: bool, logprobs: bool) -> Vec<u8> {
     let ids: Vec<u32> = (0..PROMPT as u32).map(|i| (i * 7919) % 150_000).collect();
-    let mut sp = json!({"max_tokens": TOKENS, "temperature": 0.7, "top_p": 0.95, "ignore_eos": true});
+    let mut sp =
+        json!({"max_tokens": TOKENS, "temperature": 0.7, "top_p": 0.95, "ignore_eos": true});
     if logprobs {
         sp["logprobs"] = json!(5);
     }
-    serde_json::to_vec(&json!({"request_id": "bench", "token_ids": ids, "stream": stream, "sampling_params": sp}))
-        .unwrap_or_default()
+    serde_json::to_vec(
+        &json!({"request_id": "bench", "token_ids": ids, "stream": stream, "sampling_params": sp}),
+    )
+    .unwrap_or_default()
 }
 
 fn engine() -> EngineInfo {
-    EngineInfo { routed_experts: false, sampling_mask: false, ..EngineInfo::default() }
+    EngineInfo {
+        routed_experts: false,
+        sampling_mask: false,
+        ..EngineInfo::default()
+    }
 }
 
 fn prepare(format: &dyn GenerateFormat, body: &[u8]) -> Prepared {
     let h = headers();
     let info = engine();
     format
-        .prepare(ParseInput { headers: &h, body, engine: &info })
+        .prepare(ParseInput {
+            headers: &h,
+            body,
+            engine: &info,
+        })
         .unwrap_or_else(|r| panic!("bench request rejected: {:?}", r.error))
 }
 
@@ -87,7 +103,11 @@ fn outputs(logprobs: bool) -> Vec<EngineOutput> {
                         selected: Vec::new(),
                     }]
                 }),
-                usage: Some(Usage { prompt_tokens: PROMPT as u32, completion_tokens: i + 1, cached_tokens: 0 }),
+                usage: Some(Usage {
+                    prompt_tokens: PROMPT as u32,
+                    completion_tokens: i + 1,
+                    cached_tokens: 0,
+                }),
                 finish_reason: (i + 1 == TOKENS).then_some(FinishReason::Length { length: TOKENS }),
                 ..EngineOutput::default()
             }
@@ -100,10 +120,14 @@ fn bench_prepare(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1));
     let s = sglang(false);
     let sb = sglang_body(false, true);
-    g.bench_function("sglang_512_tokens", |b| b.iter(|| black_box(prepare(&*s, black_box(&sb)))));
+    g.bench_function("sglang_512_tokens", |b| {
+        b.iter(|| black_box(prepare(&*s, black_box(&sb))))
+    });
     let v = vllm();
     let vb = vllm_body(false, true);
-    g.bench_function("vllm_512_tokens", |b| b.iter(|| black_box(prepare(&*v, black_box(&vb)))));
+    g.bench_function("vllm_512_tokens", |b| {
+        b.iter(|| black_box(prepare(&*v, black_box(&vb))))
+    });
     g.finish();
 }
 
@@ -112,16 +136,23 @@ fn drive(prepared: Prepared, outs: &[EngineOutput], stream: bool) -> usize {
     let mut events: Vec<Bytes> = Vec::new();
     let mut bytes = 0;
     for o in outs {
-        asm.on_output(0, o.clone(), &mut events).unwrap_or_else(|e| panic!("{e}"));
+        asm.on_output(0, o.clone(), &mut events)
+            .unwrap_or_else(|e| panic!("{e}"));
         bytes += events.drain(..).map(|e| e.len()).sum::<usize>();
     }
     if stream {
-        asm.finish_stream(&mut events).unwrap_or_else(|e| panic!("{e}"));
+        asm.finish_stream(&mut events)
+            .unwrap_or_else(|e| panic!("{e}"));
         bytes + events.iter().map(Bytes::len).sum::<usize>()
     } else {
-        asm.finish_unary().map(|r| r.body.len()).unwrap_or_else(|e| panic!("{e}"))
+        asm.finish_unary()
+            .map(|r| r.body.len())
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 }
+
+/// (name, format, request body, streaming).
+type Case = (String, Box<dyn GenerateFormat>, Vec<u8>, bool);
 
 fn bench_assembly(c: &mut Criterion) {
     let mut g = c.benchmark_group("assemble_256_tokens");
@@ -129,12 +160,37 @@ fn bench_assembly(c: &mut Criterion) {
     for logprobs in [false, true] {
         let outs = outputs(logprobs);
         let lp = if logprobs { "_logprobs5" } else { "" };
-        let cases: Vec<(String, Box<dyn GenerateFormat>, Vec<u8>, bool)> = vec![
-            (format!("sglang_unary{lp}"), sglang(false), sglang_body(false, logprobs), false),
-            (format!("sglang_sse_incremental{lp}"), sglang(true), sglang_body(true, logprobs), true),
-            (format!("sglang_sse_cumulative{lp}"), sglang(false), sglang_body(true, logprobs), true),
-            (format!("vllm_unary{lp}"), vllm(), vllm_body(false, logprobs), false),
-            (format!("vllm_sse{lp}"), vllm(), vllm_body(true, logprobs), true),
+        let cases: Vec<Case> = vec![
+            (
+                format!("sglang_unary{lp}"),
+                sglang(false),
+                sglang_body(false, logprobs),
+                false,
+            ),
+            (
+                format!("sglang_sse_incremental{lp}"),
+                sglang(true),
+                sglang_body(true, logprobs),
+                true,
+            ),
+            (
+                format!("sglang_sse_cumulative{lp}"),
+                sglang(false),
+                sglang_body(true, logprobs),
+                true,
+            ),
+            (
+                format!("vllm_unary{lp}"),
+                vllm(),
+                vllm_body(false, logprobs),
+                false,
+            ),
+            (
+                format!("vllm_sse{lp}"),
+                vllm(),
+                vllm_body(true, logprobs),
+                true,
+            ),
         ];
         for (name, format, body, stream) in cases {
             g.bench_function(&name, |b| {
