@@ -18,7 +18,10 @@
 //! (`{"meta_info": {...}, ...}`), its `weight_version`, `num_retractions` (or the older
 //! `total_retractions`) and `reasoning_tokens` replace genfront's defaults (`"default"`, 0, 0),
 //! and every other `meta_info` key genfront does not compute (`dp_rank`,
-//! `cached_tokens_details`, `spec_*`, …) is passed through, the latest value winning.
+//! `cached_tokens_details`, `spec_*`, …) is passed through, the latest value winning. Its
+//! `routed_experts` string (base64, shape unknown to genfront) is re-emitted as is when the request
+//! asked for routed experts and no typed [`RoutedExperts`](genfront_protocol::RoutedExperts) rows
+//! arrived: typed rows win, the native string is the fallback.
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -87,6 +90,7 @@ struct Marks {
     lp: usize,
     top: usize,
     tid: usize,
+    mask: usize,
 }
 
 /// The part of a rendered list from `mark` on (all of it for `None`), without the separator that
@@ -114,6 +118,8 @@ struct Sub {
     mask: Rendered,
     mask_seen: bool,
     experts: Option<(u32, u32, Vec<i32>)>,
+    /// The engine's native `routed_experts` string (from `engine_data`), latest wins.
+    native_experts: Option<String>,
     usage: Option<Usage>,
     finish: Option<FinishReason>,
     e2e_latency: f64,
@@ -250,9 +256,10 @@ impl SglangAssembler {
             }
         }
         if c.sampling_mask && s.mask_seen {
-            // Cumulative in both streaming modes (SGLang slices only the logprob lists).
+            // Sliced in incremental mode like the logprob lists (SGLang's
+            // `_INCREMENTAL_STREAMING_META_INFO_KEYS`); the length stays cumulative.
             buf.extend_from_slice(b",\"output_token_sampling_mask\":");
-            render::list(buf, &s.mask.items);
+            render::list(buf, out(&s.mask.items, marks.map(|m| m.mask)));
             buf.extend_from_slice(b",\"output_token_sampling_mask_length\":");
             render::json(buf, &s.mask.count);
         }
@@ -272,24 +279,32 @@ impl SglangAssembler {
             render::json(buf, v);
         }
         if s.finish.is_some() {
-            if c.routed_experts
-                && let Some((_, _, ids)) = &s.experts
-            {
-                let mut raw = Vec::with_capacity(ids.len() * 4);
-                for id in ids {
-                    raw.extend_from_slice(&id.to_le_bytes());
+            let experts_written = match (&s.experts, &s.native_experts) {
+                _ if !c.routed_experts => false,
+                (Some((_, _, ids)), _) => {
+                    let mut raw = Vec::with_capacity(ids.len() * 4);
+                    for id in ids {
+                        raw.extend_from_slice(&id.to_le_bytes());
+                    }
+                    buf.extend_from_slice(b",\"routed_experts\":\"");
+                    buf.extend_from_slice(
+                        base64::engine::general_purpose::STANDARD
+                            .encode(raw)
+                            .as_bytes(),
+                    );
+                    buf.push(b'"');
+                    true
                 }
-                buf.extend_from_slice(b",\"routed_experts\":\"");
-                buf.extend_from_slice(
-                    base64::engine::general_purpose::STANDARD
-                        .encode(raw)
-                        .as_bytes(),
-                );
-                buf.push(b'"');
-                if c.routed_experts_start > 0 {
-                    buf.extend_from_slice(b",\"routed_experts_start_len\":");
-                    render::u32(buf, c.routed_experts_start);
+                (None, Some(native)) => {
+                    buf.extend_from_slice(b",\"routed_experts\":");
+                    render::json(buf, native.as_str());
+                    true
                 }
+                (None, None) => false,
+            };
+            if experts_written && c.routed_experts_start > 0 {
+                buf.extend_from_slice(b",\"routed_experts_start_len\":");
+                render::u32(buf, c.routed_experts_start);
             }
             buf.extend_from_slice(b",\"e2e_latency\":");
             render::f64(buf, s.e2e_latency);
@@ -317,7 +332,7 @@ impl SglangAssembler {
     }
 
     /// Fold one delta into sub `i`'s state; returns where the delta starts in the output buffers.
-    fn absorb(&mut self, i: usize, output: EngineOutput) -> Result<Marks, GenerateError> {
+    fn absorb(&mut self, i: usize, mut output: EngineOutput) -> Result<Marks, GenerateError> {
         let started = self.started;
         let Some(s) = self.subs.get_mut(i) else {
             return Err(GenerateError::Internal(format!(
@@ -335,6 +350,7 @@ impl SglangAssembler {
             lp: s.out_lp.items.len(),
             top: s.out_top.len(),
             tid: s.out_tid.len(),
+            mask: s.mask.items.len(),
         };
         for id in &output.token_ids {
             render::sep(&mut s.output_ids.items);
@@ -400,6 +416,14 @@ impl SglangAssembler {
                 render::json(&mut s.mask.items, set);
             }
             s.mask.count += masks.len();
+        }
+        if c.routed_experts
+            && output.routed_experts.is_none()
+            && let Some(Value::Object(frame)) = &mut output.engine_data
+            && let Some(Value::Object(meta)) = frame.get_mut("meta_info")
+            && let Some(Value::String(native)) = meta.shift_remove("routed_experts")
+        {
+            s.native_experts = Some(native);
         }
         if c.routed_experts
             && let Some(re) = output.routed_experts

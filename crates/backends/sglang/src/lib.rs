@@ -1,21 +1,29 @@
-//! genfront's **SGLang format**: SGLang's native token-in/token-out `POST /generate` API
-//! (`spec/sglang-native.md`), served through the shared handler.
+//! genfront's **SGLang backend**: SGLang's native token-in/token-out `POST /generate` API
+//! (`spec/sglang-native.md`), served through the shared handler, and a client for real SGLang
+//! servers.
 //!
-//! This crate owns, for that route: parsing and validating the body exactly as SGLang's
+//! **Format** ([`SglangFormat`]): parsing and validating the body exactly as SGLang's
 //! `GenerateReqInput` / `TokenizerManager` / `SamplingParams` do (same order, same messages, same
 //! status codes), batch and parallel-sampling (`n > 1`) expansion, the projection of each item to
 //! an [`EngineRequest`](genfront_protocol::EngineRequest) with its lossless native body, the
 //! assembly of engine deltas into SGLang's unary body or cumulative/incremental SSE chunks, SGLang's
 //! error envelopes, and `POST /abort_request`.
 //!
+//! **Engine client** ([`SglangEngine`], in [`client`]): the worker contract
+//! ([`genfront_protocol::Engine`]) against a real SGLang HTTP server — native bodies forwarded with
+//! surgical edits (private dispatch `rid`, `stream: true`), any other format rebuilt from the typed
+//! request, SSE frames decoded into deltas by the one frame parser ([`client::FrameDecoder`]), typed
+//! error mapping, and `POST /abort_request` on cancel or drop.
+//!
 //! genfront has no tokenizer, so answers have SGLang's `--skip-tokenizer-init` shape: no `text`
 //! key, `null` text slots in logprob triples, and `text` prompts are refused (token-in only).
 //!
-//! Start reading at [`SglangFormat`]; the request rules live in `request.rs`, `item.rs` and
-//! `sampling.rs`, the response rules in `assemble.rs`.
+//! Start reading at [`SglangFormat`] (request rules in `request.rs`, `item.rs` and `sampling.rs`,
+//! response rules in `assemble.rs`) or at [`SglangEngine`] (`client/`).
 
 mod abort;
 mod assemble;
+pub mod client;
 mod errors;
 mod flat;
 mod item;
@@ -36,6 +44,7 @@ use genfront_protocol::EngineInfo;
 use http::{Method, StatusCode};
 
 pub use abort::parse_abort;
+pub use client::{SglangEngine, SglangEngineOptions};
 pub use item::{EMBEDS_UNSUPPORTED, TEXT_UNSUPPORTED};
 
 use crate::assemble::{Mode, SglangAssembler};

@@ -129,10 +129,12 @@ fn strip(mut v: Value) -> Value {
     v
 }
 
+/// SGLang's `_INCREMENTAL_STREAMING_META_INFO_KEYS` (the ones genfront renders).
 const DELTA_KEYS: &[&str] = &[
     "output_token_logprobs",
     "output_top_logprobs",
     "output_token_ids_logprobs",
+    "output_token_sampling_mask",
 ];
 
 fn fold(chunks: &[Value]) -> Value {

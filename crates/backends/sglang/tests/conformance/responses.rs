@@ -456,6 +456,36 @@ fn prompt_token_ids_sampling_mask_and_engine_meta() {
 }
 
 #[test]
+fn incremental_streams_slice_the_sampling_mask() {
+    // SGLang's `_INCREMENTAL_STREAMING_META_INFO_KEYS` slices the mask like the logprob lists;
+    // its length stays cumulative.
+    let body = r#"{"input_ids":[4,5],"return_sampling_mask":true,"stream":true}"#;
+    let p = prepare_with(body, &http::HeaderMap::new(), &engine(), true).unwrap();
+    let req = p.subs[0].request.clone();
+    let run = run(p, |_| Script::tokens(3));
+    let masks: Vec<(Value, Value)> = run
+        .chunks
+        .iter()
+        .map(|c| {
+            let m = &c["meta_info"];
+            (
+                m["output_token_sampling_mask"].clone(),
+                m["output_token_sampling_mask_length"].clone(),
+            )
+        })
+        .collect();
+    assert!(req.output.sampling_mask);
+    assert_eq!(
+        masks,
+        [
+            (json!([[0, 999]]), json!(1)),
+            (json!([[0, 999]]), json!(2)),
+            (json!([[0, 999]]), json!(3)),
+        ]
+    );
+}
+
+#[test]
 fn stream_error_events() {
     let f = format(false);
     let e = genfront_format::GenerateError::validation("bad input");

@@ -1,0 +1,358 @@
+//! The `POST /generate` bodies sent for one [`EngineRequest`].
+//!
+//! - **Native SGLang body** (`request.native.format == "sglang"`): the client's item body, every
+//!   key kept in the client's order, serialized without an intermediate copy, with surgical edits:
+//!   `rid` = the private dispatch id (never the client's rid), `stream: true`, `input_ids` = the
+//!   request's token ids (the one list of this item), `text` and `input_embeds` dropped (token-in:
+//!   SGLang would otherwise prefer `text` over `input_ids`), batch-shaped per-item keys (a list where
+//!   an item holds a scalar) replaced by the typed value or dropped, `routed_dp_rank` added from
+//!   the routing hints when the body names no DP rank, and router-owned P/D bootstrap fields from
+//!   `request.handoff` written over the client's. Keys the body lacks are appended at the end.
+//! - **Typed body** (any other format, e.g. a vLLM client on an SGLang engine, or a request
+//!   without a native body object): built from the typed request only. What SGLang cannot produce is refused with
+//!   [`EngineError::unsupported`] before anything is sent.
+//! - **Parallel samples** (`sampling.n > 1`): SGLang's own fan-out gives each copy a fresh uuid rid
+//!   that an `/abort_request` for the dispatch id would not match (`spec/sglang-native.md` §5.2),
+//!   so the client sends `n` requests with `n = 1`, rids `<dispatch id>-<i>`: one abort with the
+//!   dispatch id (SGLang matches rid prefixes) reaches all of them, and dispatch ids are
+//!   prefix-free among in-flight requests.
+
+use genfront_protocol::{EngineError, EngineInfo, EngineRequest};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+use crate::FORMAT_NAME;
+
+/// P/D bootstrap keys a router owns (`spec/sglang-native.md` §13.2).
+const BOOTSTRAP_KEYS: &[&str] = &[
+    "bootstrap_host",
+    "bootstrap_port",
+    "bootstrap_room",
+    "bootstrap_pair_key",
+    "decode_tp_size",
+    "disagg_prefill_dp_rank",
+];
+
+/// Keys whose per-item value is a scalar (a list is the batch shape).
+const SCALAR_ITEM_KEYS: &[&str] = &[
+    "return_logprob",
+    "logprob_start_len",
+    "top_logprobs_num",
+    "return_sampling_mask",
+    "lora_path",
+    "custom_logit_processor",
+    "extra_key",
+    "cache_salt",
+    "bootstrap_host",
+    "bootstrap_port",
+    "bootstrap_room",
+    "bootstrap_pair_key",
+    "decode_tp_size",
+    "return_hidden_states",
+];
+
+/// One SGLang request of an engine request.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Dispatch {
+    /// The `rid` sent.
+    pub rid: String,
+    /// The choice index its outputs carry.
+    pub index: u32,
+    /// The JSON body.
+    pub body: Vec<u8>,
+}
+
+/// What the engine can produce beyond the basics, for typed bodies.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Caps {
+    /// Routed experts can be decoded into typed rows (the MoE shape is known).
+    pub typed_routed_experts: bool,
+    /// The engine returns sampling masks.
+    pub sampling_mask: bool,
+}
+
+/// The SGLang requests for `request` (one per parallel sample), with the dispatch `rid` of the
+/// whole request (the abort key).
+///
+/// # Errors
+/// [`EngineError::unsupported`] for a typed request asking what this engine cannot produce.
+pub(crate) fn plan(
+    request: &EngineRequest,
+    rid: &str,
+    info: &EngineInfo,
+    caps: Caps,
+) -> Result<Vec<Dispatch>, EngineError> {
+    let n = request.sampling.n.max(1);
+    // A native SGLang body is forwarded; without one (another format, or a request built
+    // without its native body) the body is rebuilt from the typed request.
+    let native_obj = match &request.native.body {
+        Value::Object(obj) if request.native.format == FORMAT_NAME => Some(obj),
+        _ => {
+            check_typed(request, caps)?;
+            None
+        }
+    };
+    (0..n)
+        .map(|i| {
+            let child = if n == 1 {
+                rid.to_owned()
+            } else {
+                format!("{rid}-{i}")
+            };
+            let body = match native_obj {
+                Some(obj) => native_body(obj, request, &child, n > 1),
+                None => typed_body(request, &child, info),
+            };
+            Ok(Dispatch {
+                rid: child,
+                index: i,
+                body,
+            })
+        })
+        .collect()
+}
+
+/// Refuse what an SGLang engine cannot produce for a typed (non-SGLang) request.
+fn check_typed(request: &EngineRequest, caps: Caps) -> Result<(), EngineError> {
+    let format = request.native.format.as_str();
+    if request.handoff.is_some() {
+        return Err(EngineError::unsupported(format!(
+            "P/D hand-off parameters of the {format} format cannot be served by an SGLang engine."
+        )));
+    }
+    if request.output.routed_experts && !caps.typed_routed_experts {
+        return Err(EngineError::unsupported(
+            "Routed experts are not available from this SGLang engine for this API: its MoE shape (layers, experts per token) is not configured.",
+        ));
+    }
+    if request.output.sampling_mask && !caps.sampling_mask {
+        return Err(EngineError::unsupported(
+            "Sampling masks are not supported by this SGLang engine.",
+        ));
+    }
+    Ok(())
+}
+
+// === native body ===
+
+/// Append `"key":value`, with a separator after the first member.
+fn member<T: Serialize + ?Sized>(out: &mut Vec<u8>, first: &mut bool, key: &str, value: &T) {
+    if !*first {
+        out.push(b',');
+    }
+    *first = false;
+    let _ = serde_json::to_writer(&mut *out, key);
+    out.push(b':');
+    let _ = serde_json::to_writer(&mut *out, value);
+}
+
+/// The typed value of a per-item scalar key, to replace a batch-shaped list.
+fn typed_scalar(request: &EngineRequest, key: &str) -> Option<Value> {
+    let out = &request.output;
+    let return_logprob = out.logprobs.is_some() || out.prompt_logprobs.is_some();
+    match key {
+        "return_logprob" => Some(Value::Bool(return_logprob)),
+        "logprob_start_len" => Some(Value::from(
+            out.prompt_logprobs
+                .as_ref()
+                .map_or(-1, |p| i64::from(p.start)),
+        )),
+        "top_logprobs_num" => Some(Value::from(top_logprobs_num(request))),
+        "return_sampling_mask" => Some(Value::Bool(out.sampling_mask)),
+        "lora_path" => request.routing.lora.clone().map(Value::String),
+        "extra_key" | "cache_salt" => request.routing.cache_salt.clone().map(Value::String),
+        _ => None,
+    }
+}
+
+/// The item body with the dispatch edits (see the module docs).
+fn native_body(
+    obj: &Map<String, Value>,
+    request: &EngineRequest,
+    rid: &str,
+    split: bool,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256 + request.token_ids.len() * 7);
+    out.push(b'{');
+    let first = &mut true;
+    let handoff = request.handoff.as_ref().and_then(Value::as_object);
+    let from_handoff = |k: &str| {
+        handoff
+            .and_then(|h| h.get(k))
+            .filter(|_| BOOTSTRAP_KEYS.contains(&k))
+    };
+    let (mut has_rid, mut has_stream, mut has_ids, mut has_dp) = (false, false, false, false);
+    for (key, value) in obj {
+        let k = key.as_str();
+        match k {
+            "rid" => {
+                has_rid = true;
+                member(&mut out, first, k, rid);
+            }
+            "stream" => {
+                has_stream = true;
+                member(&mut out, first, k, &true);
+            }
+            "input_ids" => {
+                has_ids = true;
+                member(&mut out, first, k, &request.token_ids);
+            }
+            "text" | "input_embeds" => {}
+            "sampling_params" if split => match value {
+                Value::Object(sp) => {
+                    let mut sp = sp.clone();
+                    sp.insert("n".to_owned(), Value::from(1));
+                    member(&mut out, first, k, &sp);
+                }
+                v => member(&mut out, first, k, v),
+            },
+            "routed_dp_rank" | "data_parallel_rank" => {
+                has_dp = true;
+                member(&mut out, first, k, value);
+            }
+            k if from_handoff(k).is_some() => {
+                if let Some(v) = from_handoff(k) {
+                    member(&mut out, first, k, v);
+                }
+            }
+            k if SCALAR_ITEM_KEYS.contains(&k) && value.is_array() => {
+                if let Some(v) = typed_scalar(request, k) {
+                    member(&mut out, first, k, &v);
+                }
+            }
+            "token_ids_logprob" if matches!(value, Value::Array(l) if matches!(l.first(), Some(Value::Array(_)))) =>
+            {
+                member(&mut out, first, k, &request.output.token_ids_logprobs);
+            }
+            _ => member(&mut out, first, k, value),
+        }
+    }
+    if !has_rid {
+        member(&mut out, first, "rid", rid);
+    }
+    if !has_ids {
+        member(&mut out, first, "input_ids", &request.token_ids);
+    }
+    if !has_stream {
+        member(&mut out, first, "stream", &true);
+    }
+    if !has_dp && let Some(rank) = request.routing.dp_rank {
+        member(&mut out, first, "routed_dp_rank", &rank);
+    }
+    if let Some(h) = handoff {
+        for (k, v) in h {
+            if BOOTSTRAP_KEYS.contains(&k.as_str()) && !obj.contains_key(k) {
+                member(&mut out, first, k, v);
+            }
+        }
+    }
+    out.push(b'}');
+    out
+}
+
+// === typed body ===
+
+/// SGLang's `top_logprobs_num`: one count for both sides, so the larger of the two (each side is
+/// cut back to its own count when decoded).
+fn top_logprobs_num(request: &EngineRequest) -> u32 {
+    let out = &request.output;
+    out.logprobs
+        .unwrap_or(0)
+        .max(out.prompt_logprobs.as_ref().map_or(0, |p| p.top_k))
+}
+
+/// A body built from the typed request.
+fn typed_body(request: &EngineRequest, rid: &str, info: &EngineInfo) -> Vec<u8> {
+    let stop = &request.stop;
+    let s = &request.sampling;
+    let prompt_len = u32::try_from(request.token_ids.len()).unwrap_or(u32::MAX);
+    let mut sp = Map::new();
+    // SGLang's default is 128 new tokens; the contract's `None` is "up to the context length".
+    let max_new = stop
+        .max_tokens
+        .unwrap_or_else(|| info.max_context_len.saturating_sub(prompt_len));
+    sp.insert("max_new_tokens".into(), json!(max_new));
+    if stop.min_tokens > 0 {
+        sp.insert("min_new_tokens".into(), json!(stop.min_tokens));
+    }
+    if !stop.stop_token_ids.is_empty() {
+        sp.insert("stop_token_ids".into(), json!(stop.stop_token_ids));
+    }
+    if !stop.stop.is_empty() {
+        sp.insert("stop".into(), json!(stop.stop));
+    }
+    if stop.ignore_eos {
+        sp.insert("ignore_eos".into(), json!(true));
+    }
+    let floats = [
+        ("temperature", s.temperature),
+        ("top_p", s.top_p),
+        ("min_p", s.min_p),
+        ("frequency_penalty", s.frequency_penalty),
+        ("presence_penalty", s.presence_penalty),
+        ("repetition_penalty", s.repetition_penalty),
+    ];
+    for (k, v) in floats {
+        if let Some(v) = v {
+            sp.insert(k.into(), json!(v));
+        }
+    }
+    if let Some(k) = s.top_k {
+        // SGLang: -1 disables top-k; values below 1 other than -1 are invalid.
+        sp.insert("top_k".into(), json!(if k < 1 { -1 } else { k }));
+    }
+    if let Some(seed) = s.seed {
+        sp.insert("sampling_seed".into(), json!(seed));
+    }
+
+    let out = &request.output;
+    let mut body = Map::new();
+    body.insert("rid".into(), json!(rid));
+    body.insert("input_ids".into(), json!(request.token_ids));
+    body.insert("sampling_params".into(), Value::Object(sp));
+    if out.logprobs.is_some() || out.prompt_logprobs.is_some() {
+        body.insert("return_logprob".into(), json!(true));
+        let start = out
+            .prompt_logprobs
+            .as_ref()
+            .map_or(-1, |p| i64::from(p.start));
+        body.insert("logprob_start_len".into(), json!(start));
+        body.insert("top_logprobs_num".into(), json!(top_logprobs_num(request)));
+        if !out.token_ids_logprobs.is_empty() {
+            body.insert("token_ids_logprob".into(), json!(out.token_ids_logprobs));
+        }
+    }
+    if out.sampling_mask {
+        body.insert("return_sampling_mask".into(), json!(true));
+    }
+    if out.routed_experts {
+        body.insert("return_routed_experts".into(), json!(true));
+        if out.routed_experts_start > 0 {
+            body.insert(
+                "routed_experts_start_len".into(),
+                json!(out.routed_experts_start),
+            );
+        }
+    }
+    body.insert("stream".into(), json!(true));
+    let r = &request.routing;
+    if let Some(rank) = r.dp_rank {
+        body.insert("routed_dp_rank".into(), json!(rank));
+    }
+    // The client's own priority, in its API's semantics; 0 (every API's default) is not sent, so
+    // an SGLang server without priority scheduling is not asked for it.
+    if let Some(p) = r.priority.filter(|p| *p != 0) {
+        body.insert("priority".into(), json!(p));
+    }
+    if let Some(lora) = &r.lora {
+        body.insert("lora_path".into(), json!(lora));
+    }
+    if let Some(salt) = &r.cache_salt {
+        // `extra_key` is SGLang's long-standing prefix-cache namespace field.
+        body.insert("extra_key".into(), json!(salt));
+    }
+    serde_json::to_vec(&Value::Object(body)).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests;

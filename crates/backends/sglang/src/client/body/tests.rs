@@ -1,0 +1,216 @@
+use genfront_protocol::{
+    EngineError, EngineInfo, EngineRequest, ErrorKind, NativeBody, PromptLogprobOptions,
+};
+use serde_json::{Value, json};
+
+use super::{Caps, Dispatch, plan};
+
+fn native(body: Value) -> EngineRequest {
+    EngineRequest {
+        request_id: "0123abcd".into(),
+        token_ids: vec![7, 8, 9],
+        native: NativeBody {
+            format: "sglang".into(),
+            body,
+        },
+        ..EngineRequest::default()
+    }
+}
+
+fn bodies(req: &EngineRequest, caps: Caps) -> Result<Vec<(Dispatch, Value)>, EngineError> {
+    let info = EngineInfo {
+        max_context_len: 100,
+        ..EngineInfo::default()
+    };
+    Ok(plan(req, &req.request_id, &info, caps)?
+        .into_iter()
+        .map(|d| {
+            let v = serde_json::from_slice(&d.body).unwrap_or(Value::Null);
+            (d, v)
+        })
+        .collect())
+}
+
+fn keys(v: &Value) -> Vec<String> {
+    v.as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn native_body_is_lossless_with_surgical_edits() {
+    let client = json!({
+        "text": "ignored",
+        "rid": "client-rid",
+        "input_ids": [1, 2, 3],
+        "sampling_params": {"max_new_tokens": 4, "future_key": [1], "temperature": 0.5},
+        "return_logprob": true,
+        "custom_unknown": {"x": 1},
+        "stream": false,
+        "input_embeds": null,
+    });
+    let out = bodies(&native(client), Caps::default()).unwrap_or_default();
+    assert_eq!(out.len(), 1);
+    let (d, v) = &out[0];
+    assert_eq!((d.rid.as_str(), d.index), ("0123abcd", 0));
+    assert_eq!(
+        keys(v),
+        [
+            "rid",
+            "input_ids",
+            "sampling_params",
+            "return_logprob",
+            "custom_unknown",
+            "stream"
+        ]
+    );
+    assert_eq!(v["rid"], "0123abcd");
+    assert_eq!(v["input_ids"], json!([7, 8, 9]));
+    assert_eq!(v["stream"], true);
+    assert_eq!(
+        v["sampling_params"],
+        json!({"max_new_tokens": 4, "future_key": [1], "temperature": 0.5})
+    );
+    assert_eq!(v["custom_unknown"], json!({"x": 1}));
+
+    // Missing keys are appended; DP rank and router-owned bootstrap fields are applied.
+    let mut req =
+        native(json!({"sampling_params": {}, "bootstrap_room": 5, "return_logprob": [true]}));
+    req.routing.dp_rank = Some(3);
+    req.handoff = Some(json!({"bootstrap_host": "10.0.0.1", "bootstrap_room": 77, "other": 1}));
+    req.output.logprobs = Some(0);
+    let out = bodies(&req, Caps::default()).unwrap_or_default();
+    let v = &out[0].1;
+    assert_eq!(
+        keys(v),
+        [
+            "sampling_params",
+            "bootstrap_room",
+            "return_logprob",
+            "rid",
+            "input_ids",
+            "stream",
+            "routed_dp_rank",
+            "bootstrap_host"
+        ]
+    );
+    assert_eq!(v["bootstrap_room"], 77);
+    assert_eq!(
+        v["return_logprob"], true,
+        "batch-shaped list replaced by the typed value"
+    );
+    assert_eq!(v["routed_dp_rank"], 3);
+    // A body naming its DP rank keeps it.
+    let mut req = native(json!({"data_parallel_rank": 1}));
+    req.routing.dp_rank = Some(3);
+    let out = bodies(&req, Caps::default()).unwrap_or_default();
+    assert!(out[0].1.get("routed_dp_rank").is_none());
+    assert_eq!(out[0].1["data_parallel_rank"], 1);
+
+    // No native body object: rebuilt from the typed request.
+    let out = bodies(&native(Value::Null), Caps::default()).unwrap_or_default();
+    assert_eq!(out[0].1["rid"], "0123abcd");
+    assert_eq!(out[0].1["input_ids"], json!([7, 8, 9]));
+    assert_eq!(out[0].1["stream"], true);
+}
+
+#[test]
+fn parallel_samples_split_with_prefixed_rids() {
+    let mut req =
+        native(json!({"input_ids": [1], "sampling_params": {"n": 3, "temperature": 1.0}}));
+    req.sampling.n = 3;
+    let out = bodies(&req, Caps::default()).unwrap_or_default();
+    let rids: Vec<&str> = out.iter().map(|(d, _)| d.rid.as_str()).collect();
+    assert_eq!(rids, ["0123abcd-0", "0123abcd-1", "0123abcd-2"]);
+    let idx: Vec<u32> = out.iter().map(|(d, _)| d.index).collect();
+    assert_eq!(idx, [0, 1, 2]);
+    for (d, v) in &out {
+        assert_eq!(v["rid"], d.rid.as_str());
+        assert_eq!(v["sampling_params"], json!({"n": 1, "temperature": 1.0}));
+    }
+}
+
+#[test]
+fn typed_body_from_another_format() {
+    let mut req = native(json!({"model": "m", "vllm_only": true}));
+    req.native.format = "vllm".into();
+    req.stop.max_tokens = None;
+    req.stop.min_tokens = 2;
+    req.stop.stop_token_ids = vec![5];
+    req.stop.ignore_eos = true;
+    req.sampling.temperature = Some(0.0);
+    req.sampling.top_k = Some(0);
+    req.sampling.seed = Some(42);
+    req.output.logprobs = Some(2);
+    req.output.prompt_logprobs = Some(PromptLogprobOptions { start: 0, top_k: 5 });
+    req.output.token_ids_logprobs = vec![4];
+    req.routing.priority = Some(0);
+    req.routing.cache_salt = Some("salt".into());
+    req.routing.lora = Some("adapter".into());
+    let out = bodies(&req, Caps::default()).unwrap_or_default();
+    let v = &out[0].1;
+    assert_eq!(
+        *v,
+        json!({
+            "rid": "0123abcd",
+            "input_ids": [7, 8, 9],
+            "sampling_params": {
+                "max_new_tokens": 97,
+                "min_new_tokens": 2,
+                "stop_token_ids": [5],
+                "ignore_eos": true,
+                "temperature": 0.0,
+                "top_k": -1,
+                "sampling_seed": 42,
+            },
+            "return_logprob": true,
+            "logprob_start_len": 0,
+            "top_logprobs_num": 5,
+            "token_ids_logprob": [4],
+            "stream": true,
+            "lora_path": "adapter",
+            "extra_key": "salt",
+        })
+    );
+
+    // What SGLang cannot produce is refused before sending.
+    let unsupported = |req: &EngineRequest, caps: Caps| bodies(req, caps).err().map(|e| e.kind);
+    let mut r = req.clone();
+    r.output.sampling_mask = true;
+    assert_eq!(
+        unsupported(&r, Caps::default()),
+        Some(ErrorKind::Unsupported)
+    );
+    assert!(
+        unsupported(
+            &r,
+            Caps {
+                sampling_mask: true,
+                ..Caps::default()
+            }
+        )
+        .is_none()
+    );
+    let mut r = req.clone();
+    r.output.routed_experts = true;
+    assert_eq!(
+        unsupported(&r, Caps::default()),
+        Some(ErrorKind::Unsupported)
+    );
+    assert!(
+        unsupported(
+            &r,
+            Caps {
+                typed_routed_experts: true,
+                ..Caps::default()
+            }
+        )
+        .is_none()
+    );
+    let mut r = req;
+    r.handoff = Some(json!({"do_remote_decode": true}));
+    assert_eq!(
+        unsupported(&r, Caps::default()),
+        Some(ErrorKind::Unsupported)
+    );
+}

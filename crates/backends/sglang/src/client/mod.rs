@@ -1,0 +1,347 @@
+//! The **SGLang engine client**: [`SglangEngine`] implements the worker contract
+//! ([`genfront_protocol::Engine`]) against a real SGLang HTTP server.
+//!
+//! - [`SglangEngine::connect`] learns the server's facts (`GET /get_server_info`, falling back to
+//!   `/server_info`; `GET /get_model_info`, falling back to `/model_info`).
+//! - [`Engine::generate`] sends `POST /generate` (SSE) per choice and decodes the stream frame by
+//!   frame ([`SseSplitter`] → [`FrameDecoder`]) into [`EngineOutput`] deltas.
+//! - Cancellation: firing the token, or dropping the stream before its terminal frame, sends
+//!   `POST /abort_request {"rid": <dispatch id>, "abort_all": false}` (see `stream.rs`).
+//!
+//! Request bodies are built in `body.rs`, HTTP failures mapped in `errors.rs`, frames decoded in
+//! `decode.rs`.
+
+mod body;
+mod decode;
+mod errors;
+mod sse;
+mod stream;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use genfront_protocol::{Engine, EngineError, EngineInfo, EngineRequest, OutputStream};
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+pub use decode::{DecodeConfig, FrameDecoder};
+pub use errors::CLOSED_EARLY;
+pub use sse::{EventTooLarge, MAX_EVENT_BYTES, SseSplitter};
+
+#[cfg(doc)]
+use genfront_protocol::EngineOutput;
+
+/// Vocabulary size assumed when [`SglangEngineOptions::vocab_size`] is not changed (Qwen2.5's
+/// padded vocabulary); SGLang's HTTP API does not report it.
+pub const DEFAULT_VOCAB_SIZE: u32 = 152_064;
+
+/// Context length assumed when the server reports neither `context_length` nor
+/// `max_req_input_len` and no override is given.
+pub const DEFAULT_CONTEXT_LEN: u32 = 32_768;
+
+/// How [`SglangEngine::connect`] and the client behave, and the model facts SGLang's HTTP API
+/// does not report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SglangEngineOptions {
+    /// Served model name. `None`: SGLang's `model_path` (its `served_model_name`, when different,
+    /// becomes an alias).
+    pub model: Option<String>,
+    /// Vocabulary size (valid token ids are `0..vocab_size`). Default [`DEFAULT_VOCAB_SIZE`].
+    pub vocab_size: u32,
+    /// EOS token ids, used to tell an EOS finish from a stop-token finish. Default: none (every
+    /// matched token that is not a requested stop id is then reported as EOS).
+    pub eos_token_ids: Vec<u32>,
+    /// Context length. `None`: the server's `context_length`, else `max_req_input_len + 1`, else
+    /// [`DEFAULT_CONTEXT_LEN`].
+    pub max_context_len: Option<u32>,
+    /// Most top logprobs a request may ask for (SGLang has no cap). Default 20.
+    pub max_logprobs: u32,
+    /// Most parallel samples. `None`: the server's `max_running_requests`, else 256.
+    pub max_num_seqs: Option<u32>,
+    /// The model's MoE shape `(num_layers, top_k)`. With it, `routed_experts` are also decoded
+    /// into typed rows, so formats other than SGLang can serve them, and [`EngineInfo`] says the
+    /// engine reports routed experts. Without it they stay native (`engine_data`), which the
+    /// SGLang format passes through as is.
+    pub experts_shape: Option<(u32, u32)>,
+    /// The server returns sampling masks (`return_sampling_mask`, newer SGLang builds). Default
+    /// false.
+    pub sampling_mask: bool,
+    /// Override the discovered streaming mode (`incremental_streaming_output`).
+    pub incremental_streaming: Option<bool>,
+    /// TCP connect timeout. Default 5 s.
+    pub connect_timeout: Duration,
+    /// Timeout of the info calls made by [`SglangEngine::connect`]. Default 10 s.
+    pub info_timeout: Duration,
+    /// How long, after `cancel` fires, the stream waits for SGLang's abort frame before it ends
+    /// the choice with a `Cancelled` finish of its own. Default 2 s.
+    pub cancel_grace: Duration,
+    /// How long, after the terminal frame, the stream waits for `[DONE]` (reading it lets the
+    /// connection be reused). Default 100 ms.
+    pub drain_timeout: Duration,
+    /// Timeout of one `POST /abort_request`. Default 5 s.
+    pub abort_timeout: Duration,
+    /// Period of the background `GET /health` probe behind [`Engine::ready`]; `None` disables it
+    /// (readiness then follows request outcomes only). Default 5 s.
+    pub health_interval: Option<Duration>,
+}
+
+impl Default for SglangEngineOptions {
+    fn default() -> Self {
+        Self {
+            model: None,
+            vocab_size: DEFAULT_VOCAB_SIZE,
+            eos_token_ids: Vec::new(),
+            max_context_len: None,
+            max_logprobs: 20,
+            max_num_seqs: None,
+            experts_shape: None,
+            sampling_mask: false,
+            incremental_streaming: None,
+            connect_timeout: Duration::from_secs(5),
+            info_timeout: Duration::from_secs(10),
+            cancel_grace: Duration::from_secs(2),
+            drain_timeout: Duration::from_millis(100),
+            abort_timeout: Duration::from_secs(5),
+            health_interval: Some(Duration::from_secs(5)),
+        }
+    }
+}
+
+/// State shared by the engine handle, its streams and its background probe.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub http: reqwest::Client,
+    pub generate_url: String,
+    pub abort_url: String,
+    pub health_url: String,
+    pub info: EngineInfo,
+    pub incremental: bool,
+    pub opts: SglangEngineOptions,
+    pub ready: AtomicBool,
+    pub aborts_sent: AtomicU64,
+}
+
+impl Inner {
+    pub(crate) fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Relaxed);
+    }
+}
+
+/// A client for one SGLang server, usable as a genfront [`Engine`].
+///
+/// Cheap to share behind an `Arc`; every request gets its own HTTP stream on a pooled connection.
+/// Readiness ([`Engine::ready`]) is a cached flag: set by every request outcome (a response →
+/// ready; a connect failure or 502/503/504 → not ready) and, unless disabled, by a background
+/// `GET /health` every [`SglangEngineOptions::health_interval`] (200 → ready; an error status or
+/// connect failure → not ready; a timeout leaves it as it was, since SGLang's `/health` may run a
+/// generation probe that a long prefill delays). The probe holds only a weak reference and stops
+/// once the engine and its streams are dropped.
+#[derive(Debug, Clone)]
+pub struct SglangEngine {
+    inner: Arc<Inner>,
+}
+
+impl SglangEngine {
+    /// Connect to the SGLang server at `base_url` (`http://host:port`) and learn its facts:
+    /// streaming mode (`incremental_streaming_output`, older `stream_output`), context length,
+    /// model path, `skip_tokenizer_init`-independent limits. Starts the health probe (needs a
+    /// Tokio runtime, which an `async` caller has).
+    ///
+    /// # Errors
+    /// [`EngineError`] `Unavailable` when the server cannot be reached or answers 502/503/504
+    /// (e.g. still starting); `Internal` for other failures or answers that are not JSON.
+    pub async fn connect(
+        base_url: &str,
+        options: SglangEngineOptions,
+    ) -> Result<Self, EngineError> {
+        let base = base_url.trim_end_matches('/').to_owned();
+        let http = reqwest::Client::builder()
+            .connect_timeout(options.connect_timeout)
+            .build()
+            .map_err(|e| EngineError::internal(format!("cannot build the HTTP client: {e}")))?;
+        let timeout = options.info_timeout;
+        let server = get_json(&http, &base, &["/get_server_info", "/server_info"], timeout).await?;
+        let model_info = get_json(&http, &base, &["/get_model_info", "/model_info"], timeout).await;
+        let str_of = |m: &Map<String, Value>, k: &str| {
+            m.get(k)
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+        };
+        let model_path = match &model_info {
+            Ok(m) => str_of(m, "model_path"),
+            Err(_) => None,
+        }
+        .or_else(|| str_of(&server, "model_path"));
+        let model = match (options.model.clone(), model_path) {
+            (Some(m), _) | (None, Some(m)) => m,
+            (None, None) => {
+                return Err(model_info
+                    .err()
+                    .unwrap_or_else(|| EngineError::internal("SGLang reported no model_path")));
+            }
+        };
+        let aliases = str_of(&server, "served_model_name")
+            .filter(|n| *n != model)
+            .into_iter()
+            .collect();
+        let num = |k: &str| {
+            server
+                .get(k)
+                .and_then(Value::as_u64)
+                .and_then(|n| u32::try_from(n).ok())
+        };
+        let max_context_len = options
+            .max_context_len
+            .or_else(|| num("context_length"))
+            .or_else(|| num("max_req_input_len").map(|n| n.saturating_add(1)))
+            .unwrap_or(DEFAULT_CONTEXT_LEN);
+        let flag = |k: &str| server.get(k).and_then(Value::as_bool);
+        let incremental = options
+            .incremental_streaming
+            .or_else(|| flag("incremental_streaming_output"))
+            .or_else(|| flag("stream_output"))
+            .unwrap_or(false);
+        let routed_experts =
+            options.experts_shape.is_some() && flag("enable_return_routed_experts") != Some(false);
+        let info = EngineInfo {
+            model,
+            model_aliases: aliases,
+            vocab_size: options.vocab_size,
+            max_context_len,
+            eos_token_ids: options.eos_token_ids.clone(),
+            max_logprobs: options.max_logprobs,
+            max_num_seqs: options
+                .max_num_seqs
+                .or_else(|| num("max_running_requests"))
+                .unwrap_or(256),
+            routed_experts,
+            sampling_mask: options.sampling_mask,
+        };
+        let inner = Arc::new(Inner {
+            http,
+            generate_url: format!("{base}/generate"),
+            abort_url: format!("{base}/abort_request"),
+            health_url: format!("{base}/health"),
+            info,
+            incremental,
+            opts: options,
+            ready: AtomicBool::new(true),
+            aborts_sent: AtomicU64::new(0),
+        });
+        if let Some(every) = inner.opts.health_interval {
+            spawn_health(&inner, every);
+        }
+        Ok(Self { inner })
+    }
+
+    /// Whether the server streams incremental frames (`--incremental-streaming-output`) rather
+    /// than cumulative ones.
+    pub fn incremental_streaming(&self) -> bool {
+        self.inner.incremental
+    }
+
+    /// The options this engine was connected with.
+    pub fn options(&self) -> &SglangEngineOptions {
+        &self.inner.opts
+    }
+
+    /// Number of `POST /abort_request` calls sent so far (for metrics and tests).
+    pub fn aborts_sent(&self) -> u64 {
+        self.inner.aborts_sent.load(Ordering::Relaxed)
+    }
+}
+
+impl Engine for SglangEngine {
+    fn info(&self) -> &EngineInfo {
+        &self.inner.info
+    }
+
+    fn ready(&self) -> bool {
+        self.inner.ready.load(Ordering::Relaxed)
+    }
+
+    /// One `POST /generate` per choice (`sampling.n` of them, rids `<id>-<i>` when `n > 1`). An
+    /// SGLang-format request is forwarded as its native body with the dispatch edits; any other
+    /// format is rebuilt from the typed request, and what SGLang cannot produce fails at once with
+    /// `Unsupported`. Network work starts on the first poll.
+    fn generate(&self, request: EngineRequest, cancel: CancellationToken) -> OutputStream {
+        stream::generate(Arc::clone(&self.inner), request, cancel)
+    }
+}
+
+/// `GET` the first of `paths` that exists (404/405 falls through to the next) as a JSON object.
+async fn get_json(
+    http: &reqwest::Client,
+    base: &str,
+    paths: &[&str],
+    timeout: Duration,
+) -> Result<Map<String, Value>, EngineError> {
+    for path in paths {
+        let resp = http
+            .get(format!("{base}{path}"))
+            .timeout(timeout)
+            .send()
+            .await
+            .map_err(|e| EngineError::unavailable(format!("SGLang {path} failed: {e}")))?;
+        let status = resp.status().as_u16();
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| EngineError::unavailable(format!("SGLang {path} failed: {e}")))?;
+        if status == 404 || status == 405 {
+            continue;
+        }
+        if !(200..300).contains(&status) {
+            let mut e = errors::http_error(status, &bytes);
+            if e.kind == genfront_protocol::ErrorKind::InvalidArgument {
+                e.kind = genfront_protocol::ErrorKind::Internal;
+            }
+            e.message = format!("SGLang {path}: {}", e.message);
+            return Err(e);
+        }
+        return match serde_json::from_slice::<Value>(&bytes) {
+            Ok(Value::Object(m)) => Ok(m),
+            _ => Err(EngineError::internal(format!(
+                "SGLang {path} did not answer a JSON object"
+            ))),
+        };
+    }
+    Err(EngineError::internal(format!(
+        "SGLang at {base} answers none of {}",
+        paths.join(", ")
+    )))
+}
+
+/// The background `GET /health` probe (see [`SglangEngine`]).
+fn spawn_health(inner: &Arc<Inner>, every: Duration) {
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let weak = Arc::downgrade(inner);
+    let http = inner.http.clone();
+    let url = inner.health_url.clone();
+    handle.spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            if weak.strong_count() == 0 {
+                break;
+            }
+            let outcome = match http.get(&url).timeout(every).send().await {
+                Ok(r) => Some(r.status().is_success()),
+                Err(e) if e.is_timeout() => None,
+                Err(_) => Some(false),
+            };
+            let Some(inner) = weak.upgrade() else {
+                break;
+            };
+            if let Some(ok) = outcome {
+                inner.set_ready(ok);
+            }
+        }
+    });
+}
