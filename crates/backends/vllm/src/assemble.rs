@@ -5,6 +5,15 @@
 //! `null`s are present where vLLM writes them: every field in the unary body; in stream chunks
 //! everything except `prompt_token_ids` / `mm_placeholders` / `metrics` when null; the final
 //! usage chunk with `exclude_none`.
+//!
+//! Native pass-through: when an output's `engine_data` is a vLLM frame (what genfront's vLLM
+//! engine client puts there: the stream chunk, or the unary body with that one choice), its
+//! `ec_transfer_params`, `prompt_token_id_logprobs` and `metrics` (top level) and the choice's
+//! `weight_versions` are passed through, and a choice vLLM ended with `"repetition"` (decoded as
+//! a stop on text) is rendered with `finish_reason: "repetition"` again. An output whose
+//! routed experts came with vLLM's own base64 `.npy` text is rendered with that text (so vLLM's
+//! dtype, e.g. `uint8`, survives) instead of a re-encoded `<i4`. A flat
+//! `{"weight_versions": …}` object is accepted too.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -53,9 +62,14 @@ struct Choice {
     token_ids: Vec<u32>,
     logprobs: Vec<Option<TokenLogprob>>,
     routed: Option<(u32, u32, Vec<i32>)>,
+    /// vLLM's own `.npy` text for `routed` (kept so its dtype survives), when it came in one
+    /// piece.
+    routed_native: Option<String>,
     mask: Option<Vec<Vec<u32>>>,
     weight_versions: Option<Value>,
     finish: Option<FinishReason>,
+    /// vLLM ended the choice with `"repetition"`.
+    repetition: bool,
     completion_tokens: u32,
 }
 
@@ -68,6 +82,8 @@ pub(crate) struct VllmAssembler {
     prompt_logprobs: Option<PromptLogprobs>,
     kv_transfer_params: Option<Value>,
     ec_transfer_params: Option<Value>,
+    prompt_token_id_logprobs: Option<Value>,
+    metrics: Option<Value>,
     cached_tokens: Option<u32>,
     prompt_ids_sent: bool,
 }
@@ -85,6 +101,8 @@ impl VllmAssembler {
             prompt_logprobs: None,
             kv_transfer_params: None,
             ec_transfer_params: None,
+            prompt_token_id_logprobs: None,
+            metrics: None,
             cached_tokens: None,
             prompt_ids_sent: false,
         }
@@ -104,6 +122,7 @@ impl VllmAssembler {
     fn stream_chunk(
         &mut self,
         out: &EngineOutput,
+        native: &NativeFrame,
         events: &mut Vec<Bytes>,
     ) -> Result<(), GenerateError> {
         let index = out.index as usize;
@@ -116,7 +135,8 @@ impl VllmAssembler {
             (Some((ids, mm)), false) => (Some(ids.as_slice()), mm.as_ref()),
             _ => (None, None),
         };
-        let (finish_reason, stop_reason) = finish_fields(out.finish_reason.as_ref());
+        let (finish_reason, stop_reason) =
+            finish_fields(out.finish_reason.as_ref(), native.repetition);
         let weight_versions = out
             .finish_reason
             .as_ref()
@@ -133,10 +153,11 @@ impl VllmAssembler {
                 finish_reason,
                 stop_reason,
                 token_ids: &out.token_ids,
-                routed_experts: out
-                    .routed_experts
-                    .as_ref()
-                    .map(|r| routed_experts_b64(r.num_layers, r.top_k, &r.ids)),
+                routed_experts: native.routed_experts.clone().or_else(|| {
+                    out.routed_experts
+                        .as_ref()
+                        .map(|r| routed_experts_b64(r.num_layers, r.top_k, &r.ids))
+                }),
                 sampling_mask: out.sampling_mask.as_deref(),
                 weight_versions,
                 logprobs: self.cfg.logprobs.map(|mode| Logprobs {
@@ -151,7 +172,11 @@ impl VllmAssembler {
         Ok(())
     }
 
-    fn gather(&mut self, out: EngineOutput) -> Result<(), GenerateError> {
+    fn gather(
+        &mut self,
+        out: EngineOutput,
+        native_routed: Option<String>,
+    ) -> Result<(), GenerateError> {
         let want_logprobs = self.cfg.logprobs.is_some();
         let Some(choice) = self.choices.get_mut(out.index as usize) else {
             return Err(contract("output for an unknown choice"));
@@ -167,6 +192,12 @@ impl VllmAssembler {
             choice.token_ids.extend_from_slice(&out.token_ids);
         }
         if let Some(r) = out.routed_experts {
+            // The native text stands for the whole choice only if it is the only segment.
+            choice.routed_native = if choice.routed.is_none() {
+                native_routed
+            } else {
+                None
+            };
             match &mut choice.routed {
                 None => choice.routed = Some((r.num_layers, r.top_k, r.ids)),
                 Some((layers, k, ids)) if *layers == r.num_layers && *k == r.top_k => {
@@ -182,6 +213,66 @@ impl VllmAssembler {
     }
 }
 
+/// What an output's native vLLM frame (`engine_data`) contributes to its own chunk.
+#[derive(Debug, Default)]
+struct NativeFrame {
+    /// vLLM ended the choice with `"repetition"`.
+    repetition: bool,
+    /// vLLM's base64 `.npy` for this output's routed experts.
+    routed_experts: Option<String>,
+}
+
+impl VllmAssembler {
+    /// Take the pass-through fields from `out.engine_data` (see the module docs).
+    fn native_frame(&mut self, index: usize, out: &mut EngineOutput) -> NativeFrame {
+        let Some(Value::Object(mut data)) = out.engine_data.take() else {
+            return NativeFrame::default();
+        };
+        if let Some(ec) = data.remove("ec_transfer_params").filter(|v| !v.is_null()) {
+            self.ec_transfer_params = Some(ec);
+        }
+        if let Some(p) = data
+            .remove("prompt_token_id_logprobs")
+            .filter(|v| !v.is_null())
+        {
+            self.prompt_token_id_logprobs = Some(p);
+        }
+        if let Some(m) = data.remove("metrics").filter(|v| !v.is_null()) {
+            self.metrics = Some(m);
+        }
+        let mut choice = match data.remove("choices") {
+            Some(Value::Array(mut choices)) if choices.len() == 1 => match choices.pop() {
+                Some(Value::Object(c)) => c,
+                _ => serde_json::Map::new(),
+            },
+            _ => serde_json::Map::new(),
+        };
+        let repetition = choice.get("finish_reason").and_then(Value::as_str) == Some("repetition")
+            && matches!(
+                out.finish_reason,
+                Some(FinishReason::Stop {
+                    matched: StopMatch::Text(_)
+                })
+            );
+        let routed_experts = match choice.remove("routed_experts") {
+            Some(Value::String(text)) if out.routed_experts.is_some() => Some(text),
+            _ => None,
+        };
+        let wv = data
+            .remove("weight_versions")
+            .or_else(|| choice.remove("weight_versions"));
+        if let Some(wv) = wv.filter(|v| !v.is_null())
+            && let Some(c) = self.choices.get_mut(index)
+        {
+            c.weight_versions = Some(wv);
+        }
+        NativeFrame {
+            repetition,
+            routed_experts,
+        }
+    }
+}
+
 fn contract(what: &str) -> GenerateError {
     GenerateError::Internal(format!("engine output breaks the contract: {what}"))
 }
@@ -193,8 +284,17 @@ fn to_bytes<T: Serialize>(value: &T) -> Result<Bytes, GenerateError> {
 }
 
 /// vLLM's `finish_reason` and `stop_reason` for an engine finish.
-fn finish_fields(finish: Option<&FinishReason>) -> (Option<&'static str>, Option<StopReason<'_>>) {
+///
+/// `repetition`: vLLM itself ended the choice with `"repetition"` (genfront's engine client decodes
+/// it as a stop on the text of its `stop_reason`), rendered back as `"repetition"`.
+fn finish_fields(
+    finish: Option<&FinishReason>,
+    repetition: bool,
+) -> (Option<&'static str>, Option<StopReason<'_>>) {
     match finish {
+        Some(FinishReason::Stop {
+            matched: StopMatch::Text(s),
+        }) if repetition => (Some("repetition"), Some(StopReason::Text(s))),
         None => (None, None),
         Some(FinishReason::Eos { .. }) => (Some("stop"), None),
         Some(FinishReason::Stop { matched }) => (
@@ -237,16 +337,7 @@ impl Assembler for VllmAssembler {
         if let Some(h) = out.handoff.take() {
             self.kv_transfer_params = Some(h);
         }
-        if let Some(Value::Object(mut data)) = out.engine_data.take() {
-            if let Some(ec) = data.remove("ec_transfer_params").filter(|v| !v.is_null()) {
-                self.ec_transfer_params = Some(ec);
-            }
-            if let Some(wv) = data.remove("weight_versions").filter(|v| !v.is_null())
-                && let Some(c) = self.choices.get_mut(index)
-            {
-                c.weight_versions = Some(wv);
-            }
-        }
+        let native = self.native_frame(index, &mut out);
         if let Some(u) = out.usage {
             self.cached_tokens = Some(self.cached_tokens.unwrap_or(0).max(u.cached_tokens));
         }
@@ -263,13 +354,14 @@ impl Assembler for VllmAssembler {
         if self.cfg.stream {
             // "Terminal outputs are always emitted"; other deltas without tokens are skipped.
             if !out.token_ids.is_empty() || finish.is_some() {
-                self.stream_chunk(&out, events)?;
+                self.stream_chunk(&out, &native, events)?;
             }
         } else {
-            self.gather(out)?;
+            self.gather(out, native.routed_experts)?;
         }
         if let Some(c) = self.choices.get_mut(index) {
             c.finish = finish;
+            c.repetition = native.repetition;
         }
         Ok(())
     }
@@ -305,16 +397,17 @@ impl Assembler for VllmAssembler {
             .iter()
             .enumerate()
             .map(|(i, c)| {
-                let (finish_reason, stop_reason) = finish_fields(c.finish.as_ref());
+                let (finish_reason, stop_reason) = finish_fields(c.finish.as_ref(), c.repetition);
                 ChoiceJson {
                     index: i as u32,
                     finish_reason: finish_reason.or(Some("stop")),
                     stop_reason,
                     token_ids: &c.token_ids,
-                    routed_experts: c
-                        .routed
-                        .as_ref()
-                        .map(|(l, k, ids)| routed_experts_b64(*l, *k, ids)),
+                    routed_experts: c.routed_native.clone().or_else(|| {
+                        c.routed
+                            .as_ref()
+                            .map(|(l, k, ids)| routed_experts_b64(*l, *k, ids))
+                    }),
                     sampling_mask: c.mask.as_deref(),
                     weight_versions: c.weight_versions.as_ref(),
                     logprobs: self.cfg.logprobs.map(|mode| Logprobs {
@@ -339,10 +432,10 @@ impl Assembler for VllmAssembler {
                 data: self.prompt_logprobs.as_ref(),
                 k,
             }),
-            prompt_token_id_logprobs: None,
+            prompt_token_id_logprobs: self.prompt_token_id_logprobs.as_ref(),
             prompt_token_ids: prompt_ids,
             mm_placeholders: placeholders,
-            metrics: None,
+            metrics: self.metrics.as_ref(),
             kv_transfer_params: self.kv_transfer_params.as_ref(),
             ec_transfer_params: self.ec_transfer_params.as_ref(),
             output_mode: "tokens",
@@ -450,7 +543,7 @@ struct UnaryResponse<'a> {
     created: u64,
     usage: UsageJson,
     prompt_logprobs: Option<PromptLogprobsJson<'a>>,
-    prompt_token_id_logprobs: Option<&'a str>,
+    prompt_token_id_logprobs: Option<&'a Value>,
     prompt_token_ids: Option<&'a [u32]>,
     mm_placeholders: Option<&'a Value>,
     metrics: Option<&'a Value>,

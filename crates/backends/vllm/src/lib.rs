@@ -1,7 +1,12 @@
-//! genfront's **vLLM format**: vLLM's token-in/token-out API, `POST /inference/v1/generate` and
-//! `POST /inference/v1/abort_requests`, as vLLM 0.33.0 serves it (`spec/vllm-native.md`).
+//! genfront's **vLLM backend**: the vLLM native format (vLLM's token-in/token-out API,
+//! `POST /inference/v1/generate` and `POST /inference/v1/abort_requests`, as vLLM 0.33.0 serves it,
+//! `spec/vllm-native.md`) and the **engine client** that serves any format from a real vLLM server.
 //!
-//! Start at [`VllmFormat`]. A request goes through the phases of the format contract:
+//! Start at [`VllmFormat`] (the format) or [`VllmEngine`] (the engine client).
+//!
+//! # The format
+//!
+//! A request goes through the phases of the format contract:
 //! - *parse* (`request.rs`): the body is kept as an order-preserving `serde_json::Map`
 //!   (it becomes `EngineRequest.native` untouched, unknown keys included) and typed fields are
 //!   read from it with pydantic's lax coercions;
@@ -13,9 +18,87 @@
 //!
 //! genfront has no tokenizer, so it behaves like a `vllm serve --tokens-only` server: `stop`
 //! strings and `output_mode="text"` are rejected with vLLM's messages.
+//!
+//! # The engine client ([`VllmEngine`])
+//!
+//! [`VllmEngine::connect`] reads `GET /v1/models` (served names, `max_model_len`, LoRA cards);
+//! the facts vLLM does not report come from [`VllmEngineOptions`]. [`genfront_protocol::Engine::generate`]
+//! then speaks `/inference/v1/generate` (`client/`).
+//!
+//! ## Engine client: the upstream request
+//!
+//! - **vLLM-format clients** (`native.format == "vllm"`): the client's own body, every key (unknown
+//!   ones included) in the client's order, with surgical edits made in place: `request_id` = the
+//!   private dispatch id (also sent as `X-Request-Id`; vLLM then names the request
+//!   `generate-tokens-<id>`), `token_ids` = the engine request's prompt, `stream: true` and
+//!   `stream_options: {"include_usage": true, "continuous_usage_stats": true}` (the format
+//!   re-applies the client's own stream options), and `kv_transfer_params` = the request's
+//!   hand-off when it has one.
+//! - **Other formats** (e.g. an SGLang client): a body built from the typed request —
+//!   `max_tokens`, `min_tokens`, `stop_token_ids`, `stop`, `ignore_eos`, `n`, the sampling
+//!   options, `logprobs`, `prompt_logprobs` (+ `prompt_logprob_start`; the decoder also slices
+//!   locally), `logprob_token_ids`, `routed_experts_prompt_start`, `model` = the LoRA name,
+//!   `priority` (negated for SGLang, whose larger values run first; vLLM runs smaller first),
+//!   `cache_salt`, `kv_transfer_params` = the hand-off. `max_tokens: 0` (prefill only) is sent
+//!   as 1 and the generated token is dropped (`Length { length: 0 }`). What vLLM cannot produce
+//!   is `Unsupported`, never approximated: top-k logprobs *and* token-id logprobs at once, and
+//!   token-id logprobs at prompt positions.
+//! - **Unary upstream** when the answer needs a field only vLLM's unary body carries: prompt
+//!   logprobs (streams cannot carry them), `prompt_logprob_token_ids`, and the P/D prefill leg's
+//!   returned `kv_transfer_params` (`do_remote_decode: true`). The unary body is decoded into one
+//!   delta per choice. Everything else streams.
+//! - Headers: `X-Request-Id`, `X-data-parallel-rank` (routing `dp_rank`), `X-Session-ID`,
+//!   `Authorization: Bearer` with [`VllmEngineOptions::api_key`].
+//!
+//! ## Engine client: chunk → delta
+//!
+//! The SSE body is read by event (blank-line delimited, any network chunking; `data: [DONE]` ends
+//! it). Each chunk's choice becomes one [`genfront_protocol::EngineOutput`]:
+//! - `index`, `token_ids` (delta); `logprobs.content[]` → `TokenLogprob { token_id, logprob, rank }`
+//!   with the alternatives: vLLM lists the sampled token first and leaves it out of the rest, so
+//!   `top` is the rest with the sampled token put back at its rank when it is among the top `k`
+//!   (what the format's assembler renders back identically); with `logprob_token_ids` the
+//!   alternatives go to `selected`, in request order. Logprobs that do not line up with the
+//!   tokens are dropped.
+//! - `finish_reason` / `stop_reason`: `"stop"` + int → `Stop { TokenId }`; `"stop"` + null →
+//!   `Eos { token_id: the choice's last token }`; `"stop"` + string → `Stop { Text }`;
+//!   `"length"` → `Length { the choice's output tokens }`; `"repetition"` → `Stop { Text(stop_reason,
+//!   or "repetition") }` (the vLLM format renders `"repetition"` again from the native frame);
+//!   `"abort"` → `Cancelled` when genfront cancelled, otherwise `Error` (vLLM aborted on its own:
+//!   the request failed as far as the client is concerned); `"error"` or an unknown value →
+//!   `Error`.
+//! - `routed_experts` (base64 `.npy`, any integer dtype) → `RoutedExperts`, when requested; an
+//!   undecodable payload stays only in `engine_data`. `sampling_mask` likewise.
+//! - `usage`: every item carries cumulative per-choice usage (prompt tokens as vLLM reports them,
+//!   completion tokens counted from the deltas, `cached_tokens` from
+//!   `prompt_tokens_details.cached_tokens`). The finishing item of the last choice is held until
+//!   the usage-only chunk (`choices: []`) or the end, so it carries the final cached-token count.
+//! - top-level `kv_transfer_params` → `handoff`; the native chunk (for unary: the body with that
+//!   one choice) → `engine_data`, which the vLLM format passes through.
+//!
+//! Errors: HTTP 4xx → `InvalidArgument` with vLLM's message, `status_code` and `err_type`
+//! (`error.type`), so a 404 unknown model stays a 404; 401/403 → `Internal` (genfront's
+//! credentials or vLLM's flags are wrong, not the client); 429 → `Overloaded`; 502/503/504 and
+//! connection failures → `Unavailable`; other 5xx → `Internal`. `{"error": …}` events inside a
+//! stream map the same way by their `code`. A stream that ends (or breaks) before every choice
+//! finished → `StreamIncomplete`; a chunk that breaks the contract (unknown choice, output after
+//! a finish, not JSON) → `Internal`. No upstream bytes can make the client panic.
+//!
+//! ## Engine client: cancellation
+//!
+//! Dropping the stream, or firing the cancellation token, aborts the request at vLLM twice over:
+//! `POST /inference/v1/abort_requests {"request_ids": ["generate-tokens-<dispatch id>"]}`
+//! (fire-and-forget on the current tokio runtime) and dropping the HTTP connection (vLLM aborts
+//! on disconnect). After `cancel` fires the client keeps reading for up to
+//! [`VllmEngineOptions::cancel_grace`] (≤ 2 s) for vLLM's `"abort"` finishes, which deliver the
+//! tokens produced meanwhile (as a delta, then a token-less `Cancelled` item), then makes up a
+//! `Cancelled` item (message [`CANCELLED_MESSAGE`], last usage) for every choice still
+//! unfinished and closes the connection. A request cancelled before it was sent is never sent.
+//! Finished, refused and unreachable requests are not aborted.
 
 mod abort;
 mod assemble;
+mod client;
 mod errors;
 mod features;
 mod fields;
@@ -38,6 +121,7 @@ use genfront_protocol::EngineInfo;
 use http::{Method, StatusCode};
 
 pub use abort::{ABORT_PATH, parse_abort};
+pub use client::{CANCELLED_MESSAGE, MAX_CANCEL_GRACE, VllmEngine, VllmEngineOptions};
 pub use project::{FORMAT_NAME, REQUEST_ID_PREFIX};
 pub use validate::{MAX_LOGPROB_TOKEN_IDS, MAX_N_SEQUENCES};
 

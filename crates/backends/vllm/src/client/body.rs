@@ -1,0 +1,261 @@
+//! [`EngineRequest`] → the `POST /inference/v1/generate` body vLLM receives, and the decoder's
+//! view of the request.
+//!
+//! Two paths (rules in the crate docs, "Engine client: the upstream request"):
+//! - the native body of a `vllm`-format client, kept byte-for-byte in meaning and key order,
+//!   with surgical edits (`request_id`, `token_ids`, `stream`, `stream_options`,
+//!   `kv_transfer_params`);
+//! - a body built from the typed request for every other format.
+
+use genfront_protocol::{EngineError, EngineInfo, EngineRequest};
+use serde_json::{Map, Value, json};
+
+use super::decode::DecodeSpec;
+use crate::project::FORMAT_NAME;
+
+/// What to send upstream.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Upstream {
+    /// The JSON body.
+    pub body: Vec<u8>,
+    /// Sent with `stream: false` (the answer is one JSON body).
+    pub unary: bool,
+    /// The private dispatch id (`X-Request-Id`); vLLM calls the request
+    /// `generate-tokens-<id>`.
+    pub request_id: String,
+    /// `X-data-parallel-rank`.
+    pub dp_rank: Option<u32>,
+    /// `X-Session-ID`.
+    pub session_id: Option<String>,
+}
+
+/// `stream_options` genfront always asks for on a stream: usage on every chunk and at the end.
+fn stream_options() -> Value {
+    json!({"include_usage": true, "continuous_usage_stats": true})
+}
+
+/// Whether the request needs a field only vLLM's unary body carries: prompt logprobs
+/// (`prompt_logprobs`, `prompt_token_id_logprobs`) or the P/D prefill leg's returned
+/// `kv_transfer_params` (`do_remote_decode: true`).
+fn needs_unary(request: &EngineRequest) -> bool {
+    let sampling = request.native.body.get("sampling_params");
+    let native_prompt_ids = request.native.format == FORMAT_NAME
+        && sampling
+            .and_then(|s| s.get("prompt_logprob_token_ids"))
+            .is_some_and(|v| !v.is_null());
+    let prefill_leg = request
+        .handoff
+        .as_ref()
+        .or_else(|| request.native.body.get("kv_transfer_params"))
+        .and_then(|h| h.get("do_remote_decode"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    request.output.prompt_logprobs.is_some() || native_prompt_ids || prefill_leg
+}
+
+/// Build the upstream request and the decoder spec.
+///
+/// # Errors
+/// [`genfront_protocol::ErrorKind::Unsupported`] for what vLLM cannot produce; `Internal` if
+/// the body cannot be serialised.
+pub(crate) fn build(
+    mut request: EngineRequest,
+    info: &EngineInfo,
+) -> Result<(Upstream, DecodeSpec), EngineError> {
+    if request.request_id.is_empty() {
+        // The frontend always mints one; a bare caller still gets an abortable id.
+        request.request_id = uuid::Uuid::new_v4().simple().to_string();
+    }
+    let unary = needs_unary(&request);
+    let spec = DecodeSpec {
+        n: request.sampling.n,
+        prompt_len: u32::try_from(request.token_ids.len()).unwrap_or(u32::MAX),
+        prompt: if request.output.prompt_logprobs.is_some() {
+            request.token_ids.clone()
+        } else {
+            Vec::new()
+        },
+        logprobs: request.output.logprobs,
+        selected: request.output.token_ids_logprobs.clone(),
+        prompt_logprobs: request.output.prompt_logprobs.clone(),
+        routed_experts: request.output.routed_experts,
+        sampling_mask: request.output.sampling_mask,
+        discard_output: request.stop.max_tokens == Some(0),
+        fallback_eos: info.eos_token_ids.first().copied().unwrap_or(0),
+    };
+    let native = std::mem::take(&mut request.native.body);
+    let map = match native {
+        Value::Object(map) if request.native.format == FORMAT_NAME => {
+            native_body(map, &request, unary)
+        }
+        _ => typed_body(&request, unary)?,
+    };
+    let body = serde_json::to_vec(&Value::Object(map))
+        .map_err(|e| EngineError::internal(format!("serialising the vLLM request: {e}")))?;
+    Ok((
+        Upstream {
+            body,
+            unary,
+            request_id: request.request_id,
+            dp_rank: request.routing.dp_rank,
+            session_id: request.routing.session_id,
+        },
+        spec,
+    ))
+}
+
+/// Set `key` in place (keeping the client's key order), or append it.
+fn set(map: &mut Map<String, Value>, key: &str, value: Value) {
+    match map.get_mut(key) {
+        Some(slot) => *slot = value,
+        None => {
+            map.insert(key.to_owned(), value);
+        }
+    }
+}
+
+fn set_stream(map: &mut Map<String, Value>, unary: bool) {
+    if unary {
+        set(map, "stream", Value::Bool(false));
+        map.shift_remove("stream_options");
+    } else {
+        set(map, "stream", Value::Bool(true));
+        set(map, "stream_options", stream_options());
+    }
+}
+
+/// The client's own vLLM body with the surgical edits.
+fn native_body(
+    mut map: Map<String, Value>,
+    request: &EngineRequest,
+    unary: bool,
+) -> Map<String, Value> {
+    set(
+        &mut map,
+        "request_id",
+        Value::String(request.request_id.clone()),
+    );
+    set(&mut map, "token_ids", json!(request.token_ids));
+    set_stream(&mut map, unary);
+    if let Some(handoff) = &request.handoff {
+        set(&mut map, "kv_transfer_params", handoff.clone());
+    }
+    map
+}
+
+/// A vLLM body for a request that came from another format.
+fn typed_body(request: &EngineRequest, unary: bool) -> Result<Map<String, Value>, EngineError> {
+    let out = &request.output;
+    let mut sp = Map::new();
+    sp.insert("n".to_owned(), json!(request.sampling.n));
+    let s = &request.sampling;
+    let floats = [
+        ("temperature", s.temperature),
+        ("top_p", s.top_p),
+        ("min_p", s.min_p),
+        ("presence_penalty", s.presence_penalty),
+        ("frequency_penalty", s.frequency_penalty),
+        ("repetition_penalty", s.repetition_penalty),
+    ];
+    for (key, value) in floats {
+        if let Some(v) = value {
+            sp.insert(key.to_owned(), json!(v));
+        }
+    }
+    if let Some(k) = s.top_k {
+        // vLLM: 0 or -1 disables; both engines treat values below 1 as "off".
+        sp.insert("top_k".to_owned(), json!(if k < 1 { -1 } else { k }));
+    }
+    if let Some(seed) = s.seed {
+        sp.insert("seed".to_owned(), json!(seed));
+    }
+    let stop = &request.stop;
+    match stop.max_tokens {
+        // vLLM needs at least one token: generate one and drop it (see `DecodeSpec`).
+        Some(0) => {
+            sp.insert("max_tokens".to_owned(), json!(1));
+        }
+        Some(m) => {
+            sp.insert("max_tokens".to_owned(), json!(m));
+        }
+        None => {}
+    }
+    if stop.min_tokens > 0 {
+        sp.insert("min_tokens".to_owned(), json!(stop.min_tokens));
+    }
+    if !stop.stop_token_ids.is_empty() {
+        sp.insert("stop_token_ids".to_owned(), json!(stop.stop_token_ids));
+    }
+    if !stop.stop.is_empty() {
+        // A server that loads a tokenizer honours them; a `--tokens-only` one answers with its
+        // own 400, which reaches the client unchanged.
+        sp.insert("stop".to_owned(), json!(stop.stop));
+    }
+    if stop.ignore_eos {
+        sp.insert("ignore_eos".to_owned(), json!(true));
+    }
+    let ids = &out.token_ids_logprobs;
+    match out.logprobs {
+        Some(k) if ids.is_empty() => {
+            sp.insert("logprobs".to_owned(), json!(k));
+        }
+        Some(0) => {
+            // vLLM: `logprobs` must equal `len(logprob_token_ids)`.
+            sp.insert("logprobs".to_owned(), json!(ids.len()));
+            sp.insert("logprob_token_ids".to_owned(), json!(ids));
+        }
+        Some(k) => {
+            return Err(EngineError::unsupported(format!(
+                "vLLM reports either the top {k} logprobs or the logprobs of the requested token ids \
+                 at each position, not both; request top logprobs or token-id logprobs, not both \
+                 (token_ids_logprob has {} ids)",
+                ids.len()
+            )));
+        }
+        None => {}
+    }
+    if let Some(p) = &out.prompt_logprobs {
+        if !ids.is_empty() {
+            return Err(EngineError::unsupported(
+                "vLLM cannot report the logprobs of requested token ids at prompt positions \
+                 together with prompt top logprobs; drop token_ids_logprob or the prompt logprobs",
+            ));
+        }
+        sp.insert("prompt_logprobs".to_owned(), json!(p.top_k));
+        if p.start > 0 {
+            // Newer vLLM computes from here; older builds ignore the key and genfront slices.
+            sp.insert("prompt_logprob_start".to_owned(), json!(p.start));
+        }
+    }
+    if out.routed_experts && out.routed_experts_start > 0 {
+        sp.insert(
+            "routed_experts_prompt_start".to_owned(),
+            json!(out.routed_experts_start),
+        );
+    }
+
+    let mut map = Map::new();
+    map.insert("request_id".to_owned(), json!(request.request_id));
+    map.insert("token_ids".to_owned(), json!(request.token_ids));
+    map.insert("sampling_params".to_owned(), Value::Object(sp));
+    if let Some(lora) = &request.routing.lora {
+        map.insert("model".to_owned(), json!(lora));
+    }
+    set_stream(&mut map, unary);
+    if let Some(p) = request.routing.priority.filter(|p| *p != 0) {
+        // SGLang: larger = more urgent; vLLM: smaller = earlier.
+        let p = if request.native.format == "sglang" {
+            p.saturating_neg()
+        } else {
+            p
+        };
+        map.insert("priority".to_owned(), json!(p));
+    }
+    if let Some(salt) = &request.routing.cache_salt {
+        map.insert("cache_salt".to_owned(), json!(salt));
+    }
+    if let Some(handoff) = &request.handoff {
+        map.insert("kv_transfer_params".to_owned(), handoff.clone());
+    }
+    Ok(map)
+}

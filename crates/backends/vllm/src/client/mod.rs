@@ -1,0 +1,361 @@
+//! The vLLM **engine client**: [`VllmEngine`], an [`Engine`] that talks to a real vLLM server's
+//! `/inference/v1/generate` (the rules are in the crate docs).
+//!
+//! Layout: `body` (request → upstream body), `run` (the output stream: send, read, cancel),
+//! `sse` (event splitter), `decode` (chunks → deltas), `errors` (failures → [`EngineError`]).
+
+mod body;
+mod decode;
+mod errors;
+mod run;
+mod sse;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use genfront_protocol::{Engine, EngineError, EngineInfo, EngineRequest, OutputStream};
+use http::HeaderMap;
+use http::header::{AUTHORIZATION, HeaderValue};
+use serde_json::Value;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+pub use decode::CANCELLED_MESSAGE;
+
+use crate::GENERATE_PATH;
+use crate::abort::ABORT_PATH;
+
+/// How long one `/health` probe may take.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Facts about the vLLM server that `GET /v1/models` does not report, and client settings.
+///
+/// The model name(s) and `max_model_len` come from the server; set the rest to match the
+/// server's flags (`--max-logprobs`, `--max-num-seqs`, `--enable-return-routed-experts`,
+/// `--return-sampling-mask`) and the model (vocabulary, EOS ids): formats validate requests
+/// against them before vLLM sees them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VllmEngineOptions {
+    /// Vocabulary size (token ids must be below it). Default 152064 (Qwen2/Qwen3).
+    pub vocab_size: u32,
+    /// End-of-sequence ids; the first one is reported for an EOS finish of a choice that produced
+    /// no token (which vLLM never sends in practice). Default empty (then 0).
+    pub eos_token_ids: Vec<u32>,
+    /// vLLM `--max-logprobs`. Default 20.
+    pub max_logprobs: u32,
+    /// vLLM `--max-num-seqs` (bounds `n`). Default 256.
+    pub max_num_seqs: u32,
+    /// The server runs with `--enable-return-routed-experts`. Default false.
+    pub routed_experts: bool,
+    /// The server runs with `--return-sampling-mask`. Default false.
+    pub sampling_mask: bool,
+    /// Context length to use when `/v1/models` does not report `max_model_len`. Default none
+    /// (then such a server is refused).
+    pub max_context_len: Option<u32>,
+    /// vLLM `--api-key`, sent as `Authorization: Bearer …` on every call. Default none.
+    pub api_key: Option<String>,
+    /// TCP connect timeout of every call. Default 5 s.
+    pub connect_timeout: Duration,
+    /// Time allowed for [`VllmEngine::connect`]'s `GET /v1/models`. Default 10 s.
+    pub handshake_timeout: Duration,
+    /// Period of the background `GET /health` probe behind [`Engine::ready`]; `None` disables it.
+    /// Default 5 s.
+    pub health_interval: Option<Duration>,
+    /// After `cancel` fires, how long to wait for vLLM's `"abort"` finishes (which carry the
+    /// tokens produced meanwhile) before making up `Cancelled` items. Capped at 2 s.
+    /// Default 2 s.
+    pub cancel_grace: Duration,
+}
+
+impl Default for VllmEngineOptions {
+    fn default() -> Self {
+        Self {
+            vocab_size: 152_064,
+            eos_token_ids: Vec::new(),
+            max_logprobs: 20,
+            max_num_seqs: 256,
+            routed_experts: false,
+            sampling_mask: false,
+            max_context_len: None,
+            api_key: None,
+            connect_timeout: Duration::from_secs(5),
+            handshake_timeout: Duration::from_secs(10),
+            health_interval: Some(Duration::from_secs(5)),
+            cancel_grace: Duration::from_secs(2),
+        }
+    }
+}
+
+/// The longest [`VllmEngineOptions::cancel_grace`].
+pub const MAX_CANCEL_GRACE: Duration = Duration::from_secs(2);
+
+/// An [`Engine`] backed by a vLLM server's native token-in/token-out API.
+///
+/// - [`VllmEngine::connect`] reads the served model(s) once; [`Engine::info`] returns them with
+///   the option facts.
+/// - [`Engine::generate`] returns at once; the HTTP call starts on the stream's first poll.
+///   Dropping the stream, or firing `cancel`, aborts the request at vLLM (see the crate docs,
+///   "Engine client: cancellation").
+/// - [`Engine::ready`] is a cached flag, never a network call: true after `connect`; a background
+///   `GET /health` probe (every [`VllmEngineOptions::health_interval`]) sets it to whether vLLM
+///   answered 2xx; a generate call that cannot connect, or that vLLM answers 502/503/504, clears
+///   it; any other answer sets it. The probe stops when the last clone is dropped.
+///
+/// Cheap to clone: clones share the HTTP connection pool and the ready flag.
+#[derive(Clone)]
+pub struct VllmEngine {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    base_url: String,
+    info: EngineInfo,
+    lora_adapters: Vec<String>,
+    shared: run::Shared,
+    /// Stops the health probe when the last clone is dropped.
+    _health: Option<DropGuard>,
+}
+
+impl std::fmt::Debug for VllmEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VllmEngine")
+            .field("base_url", &self.inner.base_url)
+            .field("model", &self.inner.info.model)
+            .field("ready", &self.ready())
+            .finish_non_exhaustive()
+    }
+}
+
+// === impl VllmEngine ===
+
+impl VllmEngine {
+    /// Connect to the vLLM server at `base_url` (`http://host:port`, or `host:port`; no TLS),
+    /// read `GET /v1/models` and start the health probe. Must run inside a tokio runtime.
+    ///
+    /// From `/v1/models`: the cards without a `parent` are the served names (the first is
+    /// [`EngineInfo::model`], the others [`EngineInfo::model_aliases`]) and the first one's
+    /// `max_model_len` is [`EngineInfo::max_context_len`]; cards with a `parent` are LoRA
+    /// adapters ([`VllmEngine::lora_adapters`]).
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed or `https` address; `Unavailable` when the server cannot
+    /// be reached, does not answer in time, or answers 502/503/504; `Internal` for 401/403 (API
+    /// key) and for a model list genfront cannot use.
+    pub async fn connect(base_url: &str, options: VllmEngineOptions) -> Result<Self, EngineError> {
+        let base_url = normalise_base(base_url)?;
+        let mut headers = HeaderMap::new();
+        if let Some(key) = &options.api_key {
+            let mut value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
+                EngineError::invalid_argument("the vLLM API key is not a valid header value")
+            })?;
+            value.set_sensitive(true);
+            headers.insert(AUTHORIZATION, value);
+        }
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .connect_timeout(options.connect_timeout)
+            .tcp_nodelay(true)
+            .default_headers(headers)
+            .build()
+            .map_err(|e| EngineError::internal(format!("building the HTTP client: {e}")))?;
+
+        let models_url = format!("{base_url}/v1/models");
+        let answer = tokio::time::timeout(options.handshake_timeout, async {
+            let response = http.get(&models_url).send().await.map_err(|e| {
+                EngineError::unavailable(format!("vLLM {models_url}: {}", run::chain(&e)))
+            })?;
+            let status = response.status();
+            let body = response.bytes().await.map_err(|e| {
+                EngineError::unavailable(format!("vLLM {models_url}: {}", run::chain(&e)))
+            })?;
+            if !status.is_success() {
+                let mut error = errors::status_error(status.as_u16(), &body);
+                if error.is_public() {
+                    // A 4xx here is genfront's fault, not a client's.
+                    error.kind = genfront_protocol::ErrorKind::Internal;
+                }
+                return Err(error);
+            }
+            serde_json::from_slice::<Value>(&body)
+                .map_err(|e| EngineError::internal(format!("vLLM {models_url} is not JSON: {e}")))
+        })
+        .await
+        .map_err(|_| {
+            EngineError::unavailable(format!(
+                "vLLM {models_url}: no answer within {:?}",
+                options.handshake_timeout
+            ))
+        })??;
+        let models = served_models(&answer)?;
+        let max_context_len = models
+            .max_model_len
+            .or(options.max_context_len)
+            .ok_or_else(|| {
+                EngineError::internal(format!(
+                    "vLLM {models_url} reports no max_model_len and no context length is configured"
+                ))
+            })?;
+        let info = EngineInfo {
+            model: models.model,
+            model_aliases: models.aliases,
+            vocab_size: options.vocab_size,
+            max_context_len,
+            eos_token_ids: options.eos_token_ids.clone(),
+            max_logprobs: options.max_logprobs,
+            max_num_seqs: options.max_num_seqs,
+            routed_experts: options.routed_experts,
+            sampling_mask: options.sampling_mask,
+        };
+
+        let ready = Arc::new(AtomicBool::new(true));
+        let health = options.health_interval.map(|interval| {
+            let stop = CancellationToken::new();
+            tokio::spawn(watch_health(
+                http.clone(),
+                format!("{base_url}/health"),
+                Arc::clone(&ready),
+                interval,
+                stop.clone(),
+            ));
+            stop.drop_guard()
+        });
+        let shared = run::Shared {
+            http,
+            generate_url: Arc::from(format!("{base_url}{GENERATE_PATH}")),
+            abort_url: Arc::from(format!("{base_url}{ABORT_PATH}")),
+            ready,
+            grace: options.cancel_grace.min(MAX_CANCEL_GRACE),
+        };
+        Ok(Self {
+            inner: Arc::new(Inner {
+                base_url,
+                info,
+                lora_adapters: models.loras,
+                shared,
+                _health: health,
+            }),
+        })
+    }
+
+    /// The server address (`http://host:port`, no trailing slash).
+    pub fn base_url(&self) -> &str {
+        &self.inner.base_url
+    }
+
+    /// LoRA adapters the server listed at connect time (its `/v1/models` cards with a `parent`),
+    /// for `VllmFormat::with_lora_adapters`.
+    pub fn lora_adapters(&self) -> &[String] {
+        &self.inner.lora_adapters
+    }
+}
+
+impl Engine for VllmEngine {
+    fn info(&self) -> &EngineInfo {
+        &self.inner.info
+    }
+
+    /// The cached flag described on [`VllmEngine`]; no network call.
+    fn ready(&self) -> bool {
+        self.inner.shared.ready.load(Ordering::Relaxed)
+    }
+
+    /// Build the vLLM body now (an unsupported request yields one `Unsupported` error); send it
+    /// on the stream's first poll.
+    fn generate(&self, request: EngineRequest, cancel: CancellationToken) -> OutputStream {
+        match body::build(request, &self.inner.info) {
+            Ok((upstream, spec)) => run::stream(
+                self.inner.shared.clone(),
+                upstream,
+                decode::Decoder::new(spec),
+                cancel,
+            ),
+            Err(error) => run::failed(error),
+        }
+    }
+}
+
+/// `http://host:port` without a trailing slash.
+fn normalise_base(base_url: &str) -> Result<String, EngineError> {
+    let trimmed = base_url.trim().trim_end_matches('/');
+    let invalid = |why: &str| {
+        EngineError::invalid_argument(format!("invalid vLLM address `{base_url}`: {why}"))
+    };
+    let url = if trimmed.starts_with("http://") {
+        trimmed.to_owned()
+    } else if trimmed.contains("://") {
+        return Err(invalid("expected http://host:port (no TLS)"));
+    } else {
+        format!("http://{trimmed}")
+    };
+    match url.strip_prefix("http://") {
+        Some(host) if !host.is_empty() && !host.contains(char::is_whitespace) => Ok(url),
+        _ => Err(invalid("no host")),
+    }
+}
+
+/// What `GET /v1/models` tells.
+#[derive(Debug, Clone, PartialEq)]
+struct ServedModels {
+    model: String,
+    aliases: Vec<String>,
+    loras: Vec<String>,
+    max_model_len: Option<u32>,
+}
+
+fn served_models(body: &Value) -> Result<ServedModels, EngineError> {
+    let cards = body
+        .get("data")
+        .and_then(Value::as_array)
+        .ok_or_else(|| EngineError::internal("vLLM /v1/models has no `data` list"))?;
+    let id = |c: &Value| c.get("id").and_then(Value::as_str).map(str::to_owned);
+    let is_base = |c: &&Value| c.get("parent").is_none_or(Value::is_null);
+    let mut base = cards.iter().filter(is_base);
+    let first = base
+        .next()
+        .or_else(|| cards.first())
+        .ok_or_else(|| EngineError::internal("vLLM /v1/models lists no model"))?;
+    let model = id(first).ok_or_else(|| EngineError::internal("vLLM model card without an id"))?;
+    let aliases = base.filter_map(id).filter(|a| *a != model).collect();
+    let loras = cards
+        .iter()
+        .filter(|c| !is_base(c))
+        .filter_map(id)
+        .filter(|l| *l != model)
+        .collect();
+    let max_model_len = first
+        .get("max_model_len")
+        .and_then(Value::as_u64)
+        .map(|m| u32::try_from(m).unwrap_or(u32::MAX));
+    Ok(ServedModels {
+        model,
+        aliases,
+        loras,
+        max_model_len,
+    })
+}
+
+/// Keep `ready` equal to whether `GET /health` answers 2xx, probing every `interval`, until
+/// `stop` fires.
+async fn watch_health(
+    http: reqwest::Client,
+    url: String,
+    ready: Arc<AtomicBool>,
+    interval: Duration,
+    stop: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(interval) => {}
+        }
+        let probe = tokio::time::timeout(HEALTH_TIMEOUT, http.get(&url).send());
+        let healthy = tokio::select! {
+            () = stop.cancelled() => return,
+            answer = probe => matches!(answer, Ok(Ok(r)) if r.status().is_success()),
+        };
+        ready.store(healthy, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests;

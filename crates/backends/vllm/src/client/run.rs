@@ -1,0 +1,388 @@
+//! The stream [`super::VllmEngine::generate`] returns: send the request on first poll, read the
+//! SSE (or unary) body, decode, cancel.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use genfront_protocol::{EngineError, ErrorKind, OutputStream};
+use http::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::body::Upstream;
+use super::decode::{Decoder, Flow, Item};
+use super::errors::status_error;
+use super::sse::SseSplitter;
+use crate::project::REQUEST_ID_PREFIX;
+
+/// Largest SSE event, unary body or error body accepted from vLLM (routed experts of a long
+/// prompt ride on one event).
+pub(crate) const MAX_BODY_BYTES: usize = 512 << 20;
+/// Largest error body read before giving up on its text.
+const MAX_ERROR_BODY: usize = 64 << 10;
+/// Time allowed for one `abort_requests` call.
+const ABORT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What a request needs from its engine.
+#[derive(Clone)]
+pub(crate) struct Shared {
+    pub http: reqwest::Client,
+    pub generate_url: Arc<str>,
+    pub abort_url: Arc<str>,
+    pub ready: Arc<AtomicBool>,
+    pub grace: Duration,
+}
+
+/// Sends `POST /inference/v1/abort_requests` for one request when fired or dropped armed.
+struct AbortGuard {
+    http: reqwest::Client,
+    url: Arc<str>,
+    /// `generate-tokens-<dispatch id>`.
+    native_id: String,
+    armed: bool,
+}
+
+impl AbortGuard {
+    /// Fire-and-forget the abort call (on the current tokio runtime, if any), once.
+    fn fire(&mut self) {
+        if !std::mem::take(&mut self.armed) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // No runtime: the dropped connection is the abort (vLLM aborts on disconnect).
+            return;
+        };
+        let call = self
+            .http
+            .post(&*self.url)
+            .timeout(ABORT_TIMEOUT)
+            .json(&serde_json::json!({ "request_ids": [self.native_id] }))
+            .send();
+        runtime.spawn(async move {
+            // Fire-and-forget: vLLM answers an empty 200; a failure leaves the disconnect abort.
+            let _ = call.await;
+        });
+    }
+
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for AbortGuard {
+    fn drop(&mut self) {
+        self.fire();
+    }
+}
+
+enum Phase {
+    /// Not sent yet.
+    Start(Box<Upstream>),
+    /// Reading SSE events.
+    Stream(reqwest::Response, SseSplitter),
+    /// Reading a unary body.
+    Unary(reqwest::Response, Vec<u8>),
+    Done,
+}
+
+struct Run {
+    shared: Shared,
+    phase: Phase,
+    decoder: Decoder,
+    cancel: CancellationToken,
+    /// Set when `cancel` fired: how long to wait for vLLM's `"abort"` finishes.
+    deadline: Option<Instant>,
+    abort: AbortGuard,
+    queue: VecDeque<Item>,
+}
+
+/// The output stream of one request.
+pub(crate) fn stream(
+    shared: Shared,
+    upstream: Upstream,
+    decoder: Decoder,
+    cancel: CancellationToken,
+) -> OutputStream {
+    let abort = AbortGuard {
+        http: shared.http.clone(),
+        url: Arc::clone(&shared.abort_url),
+        native_id: format!("{REQUEST_ID_PREFIX}{}", upstream.request_id),
+        // Armed once the request is sent.
+        armed: false,
+    };
+    let run = Run {
+        shared,
+        phase: Phase::Start(Box::new(upstream)),
+        decoder,
+        cancel,
+        deadline: None,
+        abort,
+        queue: VecDeque::new(),
+    };
+    Box::pin(futures::stream::unfold(run, |mut run| async move {
+        let item = run.next().await?;
+        Some((item, run))
+    }))
+}
+
+/// A stream that yields `error` and ends.
+pub(crate) fn failed(error: EngineError) -> OutputStream {
+    Box::pin(futures::stream::iter([Err(error)]))
+}
+
+impl Run {
+    async fn next(&mut self) -> Option<Item> {
+        loop {
+            if let Some(item) = self.queue.pop_front() {
+                return Some(item);
+            }
+            if matches!(self.phase, Phase::Done) {
+                return None;
+            }
+            self.step().await;
+        }
+    }
+
+    fn finish(&mut self, flow: Flow) {
+        if flow == Flow::Done {
+            self.phase = Phase::Done;
+        }
+        if self.decoder.all_finished() {
+            // Nothing left to abort at the engine.
+            self.abort.disarm();
+        }
+    }
+
+    /// `cancel` fired: tell vLLM now, then wait (at most the grace period) for its `"abort"`
+    /// finishes, which carry the tokens produced meanwhile.
+    fn on_cancel(&mut self) {
+        self.decoder.set_cancelled();
+        self.abort.fire();
+        self.deadline = Some(Instant::now() + self.shared.grace);
+    }
+
+    /// The grace period is over (or the body broke after a cancel): made-up `Cancelled` items.
+    fn give_up(&mut self) {
+        self.decoder.cancel_rest(&mut self.queue);
+        self.phase = Phase::Done;
+    }
+
+    async fn step(&mut self) {
+        match std::mem::replace(&mut self.phase, Phase::Done) {
+            Phase::Start(upstream) => self.send(*upstream).await,
+            Phase::Stream(response, sse) => self.read_stream(response, sse).await,
+            Phase::Unary(response, buf) => self.read_unary(response, buf).await,
+            Phase::Done => {}
+        }
+    }
+
+    async fn send(&mut self, upstream: Upstream) {
+        if self.cancel.is_cancelled() {
+            // Never sent: nothing to abort.
+            self.decoder.set_cancelled();
+            self.give_up();
+            return;
+        }
+        let mut call = self
+            .shared
+            .http
+            .post(&*self.shared.generate_url)
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+            .header("x-request-id", upstream.request_id.as_str());
+        if !upstream.unary {
+            call = call.header(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        }
+        if let Some(rank) = upstream.dp_rank {
+            call = call.header("x-data-parallel-rank", rank.to_string());
+        }
+        if let Some(session) = &upstream.session_id {
+            call = call.header("x-session-id", session.as_str());
+        }
+        let unary = upstream.unary;
+        let call = call.body(upstream.body).send();
+        self.abort.armed = true;
+        let response = tokio::select! {
+            biased;
+            () = self.cancel.cancelled() => {
+                self.on_cancel();
+                self.give_up();
+                return;
+            }
+            response = call => response,
+        };
+        let response = match response {
+            Ok(r) => r,
+            Err(e) => {
+                if e.is_connect() {
+                    self.shared.ready.store(false, Ordering::Relaxed);
+                    self.abort.disarm();
+                }
+                self.queue.push_back(Err(EngineError::unavailable(format!(
+                    "vLLM {}: {}",
+                    self.shared.generate_url,
+                    chain(&e)
+                ))));
+                return;
+            }
+        };
+        self.shared.ready.store(true, Ordering::Relaxed);
+        let status = response.status();
+        if !status.is_success() {
+            // Not admitted: nothing runs at the engine.
+            self.abort.disarm();
+            let body = read_error_body(response).await;
+            let error = status_error(status.as_u16(), &body);
+            if matches!(error.kind, ErrorKind::Unavailable) {
+                self.shared.ready.store(false, Ordering::Relaxed);
+            }
+            self.queue.push_back(Err(error));
+            return;
+        }
+        self.phase = if unary {
+            Phase::Unary(response, Vec::new())
+        } else {
+            Phase::Stream(response, SseSplitter::new(MAX_BODY_BYTES))
+        };
+    }
+
+    /// Wait for the next body chunk, the cancel token or the grace deadline.
+    async fn next_chunk(&mut self, response: &mut reqwest::Response) -> Next {
+        let deadline = self.deadline;
+        let cancel_armed = deadline.is_none();
+        tokio::select! {
+            biased;
+            () = self.cancel.cancelled(), if cancel_armed => Next::Cancelled,
+            () = sleep_until(deadline) => Next::Deadline,
+            chunk = response.chunk() => match chunk {
+                Ok(Some(bytes)) => Next::Bytes(bytes),
+                Ok(None) => Next::End,
+                Err(e) => Next::Broken(chain(&e)),
+            },
+        }
+    }
+
+    async fn read_stream(&mut self, mut response: reqwest::Response, mut sse: SseSplitter) {
+        match self.next_chunk(&mut response).await {
+            Next::Cancelled => {
+                self.on_cancel();
+                self.phase = Phase::Stream(response, sse);
+            }
+            Next::Deadline => self.give_up(),
+            Next::Bytes(bytes) => {
+                let mut events = Vec::new();
+                let pushed = sse.push(&bytes, &mut events);
+                for event in &events {
+                    let flow = self.decoder.on_event(event, &mut self.queue);
+                    self.finish(flow);
+                    if flow == Flow::Done {
+                        return;
+                    }
+                }
+                if let Err(too_large) = pushed {
+                    self.queue.push_back(Err(EngineError::internal(format!(
+                        "vLLM sent an SSE event larger than {} bytes",
+                        too_large.limit
+                    ))));
+                    return;
+                }
+                if self.deadline.is_some() && self.decoder.all_finished() {
+                    // Cancelled and every choice has its finish: no need to wait for [DONE].
+                    let flow = self.decoder.end(&mut self.queue, "after the cancellation");
+                    self.finish(flow);
+                    return;
+                }
+                self.phase = Phase::Stream(response, sse);
+            }
+            Next::End => {
+                let flow = self.decoder.end(&mut self.queue, "without [DONE]");
+                self.finish(flow);
+            }
+            Next::Broken(why) => self.broken(&why),
+        }
+    }
+
+    async fn read_unary(&mut self, mut response: reqwest::Response, mut buf: Vec<u8>) {
+        match self.next_chunk(&mut response).await {
+            Next::Cancelled => {
+                self.on_cancel();
+                self.phase = Phase::Unary(response, buf);
+            }
+            Next::Deadline => self.give_up(),
+            Next::Bytes(bytes) => {
+                if buf.len() + bytes.len() > MAX_BODY_BYTES {
+                    self.queue.push_back(Err(EngineError::internal(format!(
+                        "vLLM sent a response larger than {MAX_BODY_BYTES} bytes"
+                    ))));
+                    return;
+                }
+                buf.extend_from_slice(&bytes);
+                self.phase = Phase::Unary(response, buf);
+            }
+            Next::End => {
+                let flow = self.decoder.on_unary(&buf, &mut self.queue);
+                self.finish(flow);
+            }
+            Next::Broken(why) => self.broken(&why),
+        }
+    }
+
+    /// The body broke mid-way.
+    fn broken(&mut self, why: &str) {
+        if self.deadline.is_some() {
+            self.give_up();
+            return;
+        }
+        self.decoder.release_held(&mut self.queue);
+        if !self.decoder.all_finished() {
+            self.queue.push_back(Err(EngineError::new(
+                ErrorKind::StreamIncomplete,
+                format!("vLLM response body broke: {why}"),
+            )));
+        }
+    }
+}
+
+enum Next {
+    Cancelled,
+    Deadline,
+    Bytes(bytes::Bytes),
+    End,
+    Broken(String),
+}
+
+/// Sleep until `deadline`, or forever without one.
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Read at most [`MAX_ERROR_BODY`] bytes of an error answer.
+async fn read_error_body(mut response: reqwest::Response) -> Vec<u8> {
+    let mut body = Vec::new();
+    let read = async {
+        while let Ok(Some(chunk)) = response.chunk().await {
+            body.extend_from_slice(&chunk);
+            if body.len() >= MAX_ERROR_BODY {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(10), read).await;
+    body
+}
+
+/// `error` and its sources, joined with `: `.
+pub(crate) fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        source = e.source();
+    }
+    text
+}
