@@ -24,10 +24,6 @@ pub(crate) type Item = Result<EngineOutput, EngineError>;
 /// as the mocker and the sidecar use).
 pub const CANCELLED_MESSAGE: &str = "Aborted";
 
-/// The [`FinishReason::Error`] message for a `"abort"` finish genfront did not ask for.
-pub(crate) const FOREIGN_ABORT: &str =
-    "vLLM aborted the request (finish_reason \"abort\") although genfront did not cancel it";
-
 /// What the decoder needs to know about the request.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct DecodeSpec {
@@ -542,10 +538,10 @@ impl Decoder {
             "repetition" => FinishReason::Stop {
                 matched: StopMatch::Text(stop_reason.as_str().unwrap_or(REPETITION).to_owned()),
             },
-            "abort" if self.cancelled => return Finish::Cancelled,
-            "abort" => FinishReason::Error {
-                message: FOREIGN_ABORT.to_owned(),
-            },
+            // Also an abort genfront did not ask for (an orchestrator aborting on the engine
+            // before a weight update): a client talking to vLLM directly gets `"abort"` with its
+            // partial tokens and resumes from them, so it must get the same through genfront.
+            "abort" => return Finish::Cancelled,
             "error" => FinishReason::Error {
                 message: "vLLM finished the choice with finish_reason \"error\"".to_owned(),
             },

@@ -123,14 +123,16 @@ async fn cancel_before_the_first_poll_sends_nothing() {
 }
 
 #[tokio::test]
-async fn a_foreign_abort_is_an_engine_error_finish() {
+async fn a_foreign_abort_is_cancelled_with_the_partial_tokens() {
     let (fake, engine) = engine().await;
     let mut wire = sse(&[chunk(0, &[5], 1, Some("abort"), Value::Null)]);
     wire.extend_from_slice(DONE);
     fake.script(Script::Stream(vec![Step::Send(wire)]));
     let out = oks(run(&engine, request(&engine, json!({}))).await);
+    let ids: Vec<u32> = out.iter().flat_map(|o| o.token_ids.clone()).collect();
+    assert_eq!(ids, vec![5]);
     assert!(matches!(
-        out[0].finish_reason,
-        Some(FinishReason::Error { .. })
+        out.last().and_then(|o| o.finish_reason.clone()),
+        Some(FinishReason::Cancelled { .. })
     ));
 }

@@ -11,9 +11,7 @@ use genfront_protocol::{
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-use crate::client::decode::{
-    CANCELLED_MESSAGE, DecodeSpec, Decoder, FOREIGN_ABORT, Flow, Item, REPETITION,
-};
+use crate::client::decode::{CANCELLED_MESSAGE, DecodeSpec, Decoder, Flow, Item, REPETITION};
 use crate::npy::{npy_i32, parse_npy_ints, routed_experts_from_b64};
 
 fn spec(n: u32) -> DecodeSpec {
@@ -183,14 +181,6 @@ fn finish_reasons() {
                 matched: StopMatch::Text(REPETITION.into()),
             },
         ),
-        (
-            "abort",
-            Value::Null,
-            &[4],
-            FinishReason::Error {
-                message: FOREIGN_ABORT.into(),
-            },
-        ),
     ];
     for (finish, stop, tokens, expected) in cases {
         let item = finish_of(finish, stop.clone(), tokens).expect("item");
@@ -203,6 +193,22 @@ fn finish_reasons() {
             "{other}"
         );
     }
+}
+
+#[test]
+fn an_abort_genfront_did_not_ask_for_is_still_cancelled_with_the_partial_tokens() {
+    let mut dec = Decoder::new(spec(1));
+    let (mut items, _) = feed(&mut dec, &[chunk(0, &[5, 6], Some("abort"), Value::Null)]);
+    let mut queue = VecDeque::new();
+    assert_eq!(dec.end(&mut queue, "at [DONE]"), Flow::Done);
+    items.extend(queue);
+    let out = ok(items);
+    let ids: Vec<u32> = out.iter().flat_map(|o| o.token_ids.clone()).collect();
+    assert_eq!(ids, vec![5, 6]);
+    assert!(matches!(
+        out.last().and_then(|o| o.finish_reason.clone()),
+        Some(FinishReason::Cancelled { .. })
+    ));
 }
 
 #[test]
