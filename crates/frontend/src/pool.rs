@@ -84,24 +84,35 @@ impl EnginePool {
         self.members.iter().any(|m| m.engine.ready())
     }
 
-    /// The next ready engine and its index, round robin; `None` when none is ready.
+    /// The next engine and its index, round robin among the ready ones. When none is ready the
+    /// next engine is tried anyway: readiness is a cached guess (one failed call or health probe
+    /// can clear it), and a real request either succeeds or fails with the engine's own error —
+    /// better than refusing every request until the next probe. `None` only for an empty pool.
     pub fn pick(&self) -> Option<(usize, Arc<dyn Engine>)> {
-        self.pick_where(|_| true)
+        self.pick_where(|_| true, true)
+            .or_else(|| self.pick_where(|_| true, false))
     }
 
-    /// The next ready engine for a request of `format`: round robin among the ready engines that
-    /// natively speak it, else among all ready engines.
+    /// The next engine for a request of `format`: round robin among the ready engines that
+    /// natively speak it, else among all ready engines, else (none ready) as [`EnginePool::pick`].
     pub fn pick_for(&self, format: &str) -> Option<(usize, Arc<dyn Engine>)> {
-        self.pick_where(|m| m.native.as_deref() == Some(format))
-            .or_else(|| self.pick())
+        let native = |m: &Member| m.native.as_deref() == Some(format);
+        self.pick_where(native, true)
+            .or_else(|| self.pick_where(|_| true, true))
+            .or_else(|| self.pick_where(native, false))
+            .or_else(|| self.pick_where(|_| true, false))
     }
 
-    fn pick_where(&self, keep: impl Fn(&Member) -> bool) -> Option<(usize, Arc<dyn Engine>)> {
+    fn pick_where(
+        &self,
+        keep: impl Fn(&Member) -> bool,
+        ready_only: bool,
+    ) -> Option<(usize, Arc<dyn Engine>)> {
         let n = self.members.len();
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         (0..n)
             .map(|i| (start + i) % n)
-            .find(|&i| keep(&self.members[i]) && self.members[i].engine.ready())
+            .find(|&i| keep(&self.members[i]) && (!ready_only || self.members[i].engine.ready()))
             .map(|i| (i, self.members[i].engine.clone()))
     }
 }
