@@ -1,6 +1,6 @@
 //! Command-line configuration: one typed tree, every flag with an env name.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +12,8 @@ use genfront_format::{FormatSettings, RouteConfig};
 use genfront_frontend::FrontendConfig;
 use genfront_mocker::{MockConfig, MockEngine, ScriptedFault};
 use genfront_protocol::Engine;
+
+use crate::workers::WorkerSpec;
 
 /// genfront: a frontend for LLM inference engines that serves their native token-in/token-out
 /// APIs (SGLang `/generate`, vLLM `/inference/v1/generate`).
@@ -28,6 +30,10 @@ pub struct Cli {
 pub enum Command {
     /// Run the frontend (with in-process mock engines: `--mock N`).
     Serve(ServeArgs),
+    /// Run a native mock engine server (SGLang or vLLM API) with scripted faults.
+    Mocker(genfront_mockserver::MockServerArgs),
+    /// Serve one engine (a native SGLang/vLLM server, or a mock) to frontends over gRPC.
+    Sidecar(SidecarArgs),
     /// Load-test a running SGLang- or vLLM-native server (genfront or an engine) and report
     /// throughput, latency/TTFT/ITL percentiles and per-process CPU and memory.
     Bench(genfront_bench::BenchArgs),
@@ -59,14 +65,18 @@ pub struct ServeArgs {
     #[arg(long, env = "GENFRONT_SGLANG_INCREMENTAL_STREAMING", value_parser = BoolishValueParser::new(), num_args = 0..=1, default_value_t = false, default_missing_value = "true", help_heading = "Routes")]
     pub sglang_incremental_streaming: bool,
 
-    /// Number of in-process mock engines (round robin).
+    /// Engine worker (repeatable): `sglang=http://HOST:PORT`, `vllm=http://HOST:PORT` (the
+    /// engine's native HTTP API, one hop) or `grpc://HOST:PORT` (a `genfront sidecar`).
     #[arg(
-        long,
-        env = "GENFRONT_MOCK",
-        default_value_t = 1,
-        help_heading = "Mock engine"
+        long = "worker",
+        env = "GENFRONT_WORKERS",
+        value_delimiter = ',',
+        help_heading = "Engines"
     )]
-    pub mock: usize,
+    pub workers: Vec<WorkerSpec>,
+    /// Number of in-process mock engines (round robin); default 1 without `--worker`, else 0.
+    #[arg(long, env = "GENFRONT_MOCK", help_heading = "Mock engine")]
+    pub mock: Option<usize>,
     /// Divide every mock delay by this factor.
     #[arg(
         long,
@@ -216,15 +226,61 @@ impl ServeArgs {
         cfg
     }
 
+    /// Number of mock engines to run.
+    pub fn mock_count(&self) -> usize {
+        self.mock
+            .unwrap_or(if self.workers.is_empty() { 1 } else { 0 })
+    }
+
     /// Build the `--mock N` engines.
     ///
     /// # Errors
     /// An invalid mock configuration.
     pub fn mock_engines(&self) -> anyhow::Result<Vec<Arc<dyn Engine>>> {
         let cfg = self.mock_config();
-        (0..self.mock)
+        (0..self.mock_count())
             .map(|_| Ok(Arc::new(MockEngine::new(cfg.clone())?) as Arc<dyn Engine>))
             .collect()
+    }
+}
+
+/// `genfront sidecar` flags.
+#[derive(Debug, Clone, Args)]
+pub struct SidecarArgs {
+    /// The engine to serve: `sglang=http://HOST:PORT`, `vllm=http://HOST:PORT`, or `mock` (an
+    /// in-process mock engine with the `--mock-*` settings).
+    #[arg(long, env = "GENFRONT_SIDECAR_ENGINE")]
+    pub engine: SidecarEngine,
+    /// gRPC listen address.
+    #[arg(long, env = "GENFRONT_SIDECAR_LISTEN", default_value = "0.0.0.0:50051")]
+    pub listen: SocketAddr,
+    /// With `--engine mock`: no mock delays.
+    #[arg(long, env = "GENFRONT_SIDECAR_MOCK_ZERO_DELAY", value_parser = BoolishValueParser::new(), num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
+    pub mock_zero_delay: bool,
+}
+
+/// What a sidecar serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SidecarEngine {
+    /// An in-process mock engine.
+    Mock,
+    /// A native engine server.
+    Worker(WorkerSpec),
+}
+
+impl std::str::FromStr for SidecarEngine {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.trim() == "mock" {
+            return Ok(SidecarEngine::Mock);
+        }
+        match s.parse::<WorkerSpec>()? {
+            WorkerSpec::Grpc(_) => {
+                Err("a sidecar serves a native engine or `mock`, not another sidecar".into())
+            }
+            w => Ok(SidecarEngine::Worker(w)),
+        }
     }
 }
 
@@ -268,7 +324,9 @@ mod tests {
         assert_eq!(a.port, 8000);
         assert_eq!(a.body_limit, DEFAULT_BODY_LIMIT);
         assert_eq!(a.shutdown_grace, Duration::from_secs(30));
-        assert_eq!(a.mock, 1);
+        assert_eq!(a.mock_count(), 1);
+        let w = ServeArgs::parse_from(["serve", "--worker", "grpc://127.0.0.1:1"]);
+        assert_eq!(w.mock_count(), 0);
         assert!(!a.sglang_incremental_streaming);
         assert!(a.max_concurrent_requests.is_none());
     }
@@ -301,7 +359,7 @@ mod tests {
             "--max-concurrent-requests",
             "4",
         ]);
-        assert_eq!(a.mock, 2);
+        assert_eq!(a.mock_count(), 2);
         assert_eq!(a.routes, vec![("/x".to_owned(), "vllm".to_owned())]);
         assert!(a.sglang_incremental_streaming);
         assert_eq!(a.body_limit, 1024);

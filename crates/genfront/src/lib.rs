@@ -6,6 +6,7 @@
 
 mod catalog;
 mod config;
+mod workers;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,12 +14,15 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 pub use catalog::CATALOG;
-pub use config::{Cli, Command, ServeArgs, parse_byte_size, parse_duration};
+pub use config::{
+    Cli, Command, ServeArgs, SidecarArgs, SidecarEngine, parse_byte_size, parse_duration,
+};
 use genfront_format::{Route, resolve_routes};
 use genfront_frontend::{AppState, EnginePool, Metrics, TraceSink};
 use genfront_protocol::Engine;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+pub use workers::WorkerSpec;
 
 /// Install the `tracing` subscriber (`RUST_LOG`, default `info`).
 pub fn init_tracing() {
@@ -41,7 +45,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         .context("cannot start the tokio runtime")?;
     match cli.command {
         Command::Serve(args) => rt.block_on(async move {
-            let server = Server::build(&args)?;
+            let server = Server::build(&args).await?;
             let addr = SocketAddr::new(args.host, args.port);
             let listener = TcpListener::bind(addr)
                 .await
@@ -49,6 +53,37 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             let shutdown = CancellationToken::new();
             tokio::spawn(watch_signals(shutdown.clone()));
             server.serve(listener, shutdown).await
+        }),
+        Command::Mocker(args) => rt.block_on(async move {
+            let addr = args.addr();
+            let listener = TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot bind {addr}"))?;
+            tracing::info!(address = %addr, api = ?args.api, "native mock engine serving");
+            let shutdown = CancellationToken::new();
+            tokio::spawn(watch_signals(shutdown.clone()));
+            genfront_mockserver::serve(&args, listener, shutdown).await
+        }),
+        Command::Sidecar(args) => rt.block_on(async move {
+            let engine: Arc<dyn Engine> = match &args.engine {
+                SidecarEngine::Mock => {
+                    let cfg = if args.mock_zero_delay {
+                        genfront_mocker::MockConfig::zero_delay()
+                    } else {
+                        genfront_mocker::MockConfig::default()
+                    };
+                    Arc::new(genfront_mocker::MockEngine::new(cfg)?)
+                }
+                SidecarEngine::Worker(spec) => spec.connect().await?,
+            };
+            let listener = TcpListener::bind(args.listen)
+                .await
+                .with_context(|| format!("cannot bind {}", args.listen))?;
+            tracing::info!(address = %args.listen, engine = ?args.engine, "sidecar serving");
+            let shutdown = CancellationToken::new();
+            tokio::spawn(watch_signals(shutdown.clone()));
+            genfront_sidecar::serve(engine, listener, shutdown).await?;
+            Ok(())
         }),
         Command::Bench(args) => rt.block_on(async move {
             let report = genfront_bench::run(&args).await?;
@@ -98,13 +133,24 @@ impl Server {
     /// # Errors
     /// An unknown `DYN_GENERATE_FORMAT`, duplicate or invalid routes, no engines, a bad mock
     /// configuration, or a trace file that cannot be opened.
-    pub fn build(args: &ServeArgs) -> anyhow::Result<Self> {
+    pub async fn build(args: &ServeArgs) -> anyhow::Result<Self> {
         let routes = resolve_routes(&CATALOG, &args.route_config())?;
-        let engines = args.mock_engines()?;
-        if engines.is_empty() {
-            anyhow::bail!("no engines configured: start with --mock N (N >= 1)");
+        let mut engines: Vec<(Arc<dyn Engine>, Option<String>)> = args
+            .mock_engines()?
+            .into_iter()
+            .map(|e| (e, None))
+            .collect();
+        for spec in &args.workers {
+            let engine = spec.connect().await?;
+            tracing::info!(worker = %spec, model = %engine.info().model, "worker connected");
+            engines.push((engine, spec.native_format().map(str::to_owned)));
         }
-        Self::with_engines(args, routes, engines)
+        if engines.is_empty() {
+            anyhow::bail!(
+                "no engines configured: start with --mock N (N >= 1) or --worker sglang=http://HOST:PORT"
+            );
+        }
+        Self::with_pool(args, routes, EnginePool::with_natives(engines))
     }
 
     /// A server over the given engines (tests use this to keep handles on mock engines).
@@ -116,6 +162,18 @@ impl Server {
         routes: Vec<Route>,
         engines: Vec<Arc<dyn Engine>>,
     ) -> anyhow::Result<Self> {
+        Self::with_pool(args, routes, EnginePool::new(engines))
+    }
+
+    /// A server over `pool`.
+    ///
+    /// # Errors
+    /// The trace file cannot be opened.
+    pub fn with_pool(
+        args: &ServeArgs,
+        routes: Vec<Route>,
+        pool: EnginePool,
+    ) -> anyhow::Result<Self> {
         let metrics = Arc::new(Metrics::new());
         let trace = match &args.trace_file {
             Some(path) => Some(
@@ -124,12 +182,7 @@ impl Server {
             ),
             None => None,
         };
-        let state = AppState::with_metrics(
-            EnginePool::new(engines),
-            args.frontend_config(),
-            metrics,
-            trace,
-        );
+        let state = AppState::with_metrics(pool, args.frontend_config(), metrics, trace);
         Ok(Self {
             state,
             routes,
