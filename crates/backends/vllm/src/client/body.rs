@@ -78,8 +78,10 @@ pub(crate) fn build(
         logprobs: request.output.logprobs,
         selected: request.output.token_ids_logprobs.clone(),
         prompt_logprobs: request.output.prompt_logprobs.clone(),
-        routed_experts: request.output.routed_experts,
-        sampling_mask: request.output.sampling_mask,
+        // vLLM returns these per server flag, not per request: for a vLLM-format client, pass
+        // through whatever the server sends.
+        routed_experts: request.output.routed_experts || request.native.format == FORMAT_NAME,
+        sampling_mask: request.output.sampling_mask || request.native.format == FORMAT_NAME,
         discard_output: request.stop.max_tokens == Some(0),
         fallback_eos: info.eos_token_ids.first().copied().unwrap_or(0),
     };
