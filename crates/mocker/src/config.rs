@@ -261,8 +261,8 @@ mod tests {
             Err(MockConfigError::ContextTooShort(1))
         );
         assert!(matches!(
-            bad(|c| c.info.eos_token_ids = vec![40_000]),
-            Err(MockConfigError::EosOutOfVocab { id: 40_000, .. })
+            bad(|c| c.info.eos_token_ids = vec![400_000]),
+            Err(MockConfigError::EosOutOfVocab { id: 400_000, .. })
         ));
         assert!(matches!(
             bad(|c| c.speedup = f64::NAN),

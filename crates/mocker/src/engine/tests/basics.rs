@@ -135,7 +135,7 @@ async fn stop_token_ids_end_with_the_token() {
     // Stop on the 4th token (first occurrence), which the model produces anyway.
     let stop = free[3];
     let at = free.iter().position(|&t| t == stop).expect("present");
-    req.stop.stop_token_ids = vec![40_000, stop];
+    req.stop.stop_token_ids = vec![400_000, stop];
     let items = outputs(&e, req.clone()).await;
     check(&e, &req, &items);
     assert_eq!(tokens(&items, 0), free[..=at]);
@@ -227,7 +227,7 @@ async fn invalid_requests_are_rejected() {
             "context length of 100",
         ),
         (
-            request(&[1, 32_000], 1),
+            request(&[1, 152_064], 1),
             ErrorKind::InvalidArgument,
             "position 1",
         ),
@@ -338,7 +338,7 @@ fn info_and_readiness() {
     assert!(e.ready());
     assert!(Engine::ready(&e));
     assert_eq!(Engine::info(&e), e.info());
-    assert_eq!(e.info().vocab_size, 32_000);
+    assert_eq!(e.info().vocab_size, 152_064);
     assert!(
         MockEngine::new(MockConfig {
             speedup: -1.0,
