@@ -242,6 +242,24 @@ pub fn resolve_routes(catalog: &Catalog, config: &RouteConfig) -> Result<Vec<Rou
             },
         )?;
     }
+    // A format's abort and auxiliary routes must not land on a generate route.
+    for route in &routes {
+        let f = &route.format;
+        let extra = f
+            .abort_route()
+            .map(|a| a.path)
+            .into_iter()
+            .chain(f.aux_routes().iter().map(|a| a.path));
+        for path in extra {
+            if let Some(taken) = routes.iter().find(|r| r.path == path) {
+                return Err(ConfigError::DuplicateRoute {
+                    path: path.to_owned(),
+                    first: taken.format.name().to_owned(),
+                    second: format!("{} (its own {path} route)", f.name()),
+                });
+            }
+        }
+    }
     Ok(routes)
 }
 

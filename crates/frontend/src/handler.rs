@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::stream::{self, BoxStream, StreamExt};
 use genfront_format::{
-    AbortRoute, GenerateError, GenerateFormat, NativeResponse, ParseInput, Prepared,
+    AbortRoute, AbortSelector, GenerateError, GenerateFormat, NativeResponse, ParseInput, Prepared,
 };
 use genfront_protocol::{EngineError, EngineOutput};
 use http::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
@@ -62,8 +62,16 @@ fn error(format: &dyn GenerateFormat, err: &GenerateError, stream: bool) -> Resp
     native(format.error_response(err, stream))
 }
 
+/// Longest client id echoed in `x-request-id`: a longer one (ids are echoed in the body anyway)
+/// would make the header unreadable for common clients (Python's `http.client` caps header lines
+/// at 64 KiB).
+const MAX_ECHOED_ID: usize = 1024;
+
 fn with_request_id(mut resp: Response, client_id: Option<&str>) -> Response {
-    if let Some(v) = client_id.and_then(|id| HeaderValue::from_str(id).ok()) {
+    if let Some(v) = client_id
+        .filter(|id| id.len() <= MAX_ECHOED_ID)
+        .and_then(|id| HeaderValue::from_str(id).ok())
+    {
         resp.headers_mut().insert(X_REQUEST_ID.clone(), v);
     }
     resp
@@ -125,6 +133,15 @@ pub(crate) async fn generate(
         Err(rej) => return reject(&mut tracker, &*format, &rej.error, rej.stream),
     };
     drop(body);
+    let limit = state.config.max_engine_requests;
+    if prepared.subs.len() > limit {
+        let err = GenerateError::validation(format!(
+            "The request expands to {} engine requests (batch size × n); this server accepts at most {limit} (--max-engine-requests).",
+            prepared.subs.len()
+        ));
+        let resp = reject(&mut tracker, &*format, &err, prepared.stream);
+        return with_request_id(resp, prepared.client_id.as_deref());
+    }
     dispatch(state, format, prepared, permit, tracker).await
 }
 
@@ -253,12 +270,20 @@ pub(crate) async fn abort(
             state
                 .metrics
                 .engine_aborts(format.name(), "abort_request", n as u64);
+            // The selector can be huge (100k ids, a 200 kB rid): only its kind at INFO.
+            let what = match &selector {
+                AbortSelector::All => "all",
+                AbortSelector::Nothing => "nothing",
+                AbortSelector::Prefix(_) => "prefix",
+                AbortSelector::Exact(_) => "ids",
+            };
             tracing::info!(
                 format = format.name(),
-                ?selector,
+                selector = what,
                 aborted = n,
                 "abort request"
             );
+            tracing::debug!(format = format.name(), ?selector, "abort selector");
             StatusCode::OK.into_response()
         }
         Err(e) => error(&*format, &e, false),

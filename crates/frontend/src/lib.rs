@@ -51,6 +51,9 @@ pub struct FrontendConfig {
     pub retry_after: Duration,
     /// How long a generation probe (`/health_generate`) waits for a token.
     pub probe_timeout: Duration,
+    /// Most engine requests one client request may expand to (batch size × `n`); beyond it the
+    /// request is refused with a 400 in the native envelope.
+    pub max_engine_requests: usize,
 }
 
 impl Default for FrontendConfig {
@@ -60,6 +63,7 @@ impl Default for FrontendConfig {
             max_concurrent_requests: None,
             retry_after: Duration::from_secs(1),
             probe_timeout: Duration::from_secs(20),
+            max_engine_requests: 1024,
         }
     }
 }
@@ -116,6 +120,14 @@ impl AppState {
     }
 }
 
+fn json_detail(status: StatusCode, detail: &str) -> Response {
+    let body = serde_json::json!({ "detail": detail }).to_string();
+    let mut r = (status, body).into_response();
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
 async fn ready(state: Arc<AppState>) -> Response {
     if state.pool.any_ready() {
         (StatusCode::OK, "").into_response()
@@ -167,6 +179,8 @@ pub fn app(state: Arc<AppState>, routes: &[Route]) -> Router {
     let st = state.clone();
     let st2 = state.clone();
     let mut router = Router::new()
+        // FastAPI's answers (both engines are FastAPI apps) instead of empty bodies.
+        .fallback(|| async { json_detail(StatusCode::NOT_FOUND, "Not Found") })
         .route("/health", get(|| async { "" }))
         .route("/ready", get(move || ready(st.clone())))
         .route("/metrics", get(move || metrics_text(st2.clone())));
@@ -231,5 +245,9 @@ pub fn app(state: Arc<AppState>, routes: &[Route]) -> Router {
             }
         }
     }
+    // Applies to the routes registered above, so it comes last.
+    router = router.method_not_allowed_fallback(|| async {
+        json_detail(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed")
+    });
     router
 }

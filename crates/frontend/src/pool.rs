@@ -89,30 +89,118 @@ impl EnginePool {
     /// can clear it), and a real request either succeeds or fails with the engine's own error —
     /// better than refusing every request until the next probe. `None` only for an empty pool.
     pub fn pick(&self) -> Option<(usize, Arc<dyn Engine>)> {
-        self.pick_where(|_| true, true)
-            .or_else(|| self.pick_where(|_| true, false))
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        self.pick_where(start, |_| true, true)
+            .or_else(|| self.pick_where(start, |_| true, false))
     }
 
     /// The next engine for a request of `format`: round robin among the ready engines that
     /// natively speak it, else among all ready engines, else (none ready) as [`EnginePool::pick`].
+    /// The round-robin counter advances once per call, whichever pass finds the engine.
     pub fn pick_for(&self, format: &str) -> Option<(usize, Arc<dyn Engine>)> {
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
         let native = |m: &Member| m.native.as_deref() == Some(format);
-        self.pick_where(native, true)
-            .or_else(|| self.pick_where(|_| true, true))
-            .or_else(|| self.pick_where(native, false))
-            .or_else(|| self.pick_where(|_| true, false))
+        self.pick_where(start, native, true)
+            .or_else(|| self.pick_where(start, |_| true, true))
+            .or_else(|| self.pick_where(start, native, false))
+            .or_else(|| self.pick_where(start, |_| true, false))
     }
 
     fn pick_where(
         &self,
+        start: usize,
         keep: impl Fn(&Member) -> bool,
         ready_only: bool,
     ) -> Option<(usize, Arc<dyn Engine>)> {
-        let n = self.members.len();
-        let start = self.next.fetch_add(1, Ordering::Relaxed);
-        (0..n)
-            .map(|i| (start + i) % n)
-            .find(|&i| keep(&self.members[i]) && (!ready_only || self.members[i].engine.ready()))
-            .map(|i| (i, self.members[i].engine.clone()))
+        // Among the matching engines, take the `start`-th (mod their count), so every pass is a
+        // fair round robin over its own subset.
+        let matching: Vec<usize> = (0..self.members.len())
+            .filter(|&i| keep(&self.members[i]) && (!ready_only || self.members[i].engine.ready()))
+            .collect();
+        if matching.is_empty() {
+            return None;
+        }
+        let i = matching[start % matching.len()];
+        Some((i, self.members[i].engine.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use genfront_protocol::{EngineRequest, OutputStream};
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+
+    struct Fake(EngineInfo, AtomicBool);
+
+    impl Engine for Fake {
+        fn info(&self) -> &EngineInfo {
+            &self.0
+        }
+        fn ready(&self) -> bool {
+            self.1.load(Ordering::Relaxed)
+        }
+        fn generate(&self, _: EngineRequest, _: CancellationToken) -> OutputStream {
+            Box::pin(futures::stream::empty())
+        }
+    }
+
+    fn pool(natives: &[Option<&str>]) -> (EnginePool, Vec<Arc<Fake>>) {
+        let fakes: Vec<Arc<Fake>> = natives
+            .iter()
+            .map(|_| Arc::new(Fake(EngineInfo::default(), AtomicBool::new(true))))
+            .collect();
+        let members = fakes
+            .iter()
+            .zip(natives)
+            .map(|(f, n)| (f.clone() as Arc<dyn Engine>, n.map(str::to_owned)))
+            .collect();
+        (EnginePool::with_natives(members), fakes)
+    }
+
+    fn counts(p: &EnginePool, format: &str, n: usize) -> Vec<usize> {
+        let mut c = vec![0; p.len()];
+        for _ in 0..n {
+            if let Some((i, _)) = p.pick_for(format) {
+                c[i] += 1;
+            }
+        }
+        c
+    }
+
+    #[test]
+    fn round_robin_is_even_whatever_the_pool_size() {
+        for size in 1..=5 {
+            let (p, _) = pool(&vec![None; size]);
+            assert_eq!(
+                counts(&p, "sglang", size * 10),
+                vec![10; size],
+                "size {size}"
+            );
+        }
+        let (p, _) = pool(&[Some("vllm"), Some("vllm")]);
+        assert_eq!(
+            counts(&p, "sglang", 20),
+            vec![10, 10],
+            "fallback pass is fair too"
+        );
+    }
+
+    #[test]
+    fn native_engines_are_preferred_and_readiness_respected() {
+        let (p, fakes) = pool(&[Some("vllm"), Some("sglang"), Some("sglang")]);
+        assert_eq!(counts(&p, "sglang", 20), vec![0, 10, 10]);
+        assert_eq!(counts(&p, "vllm", 4), vec![4, 0, 0]);
+        fakes[1].1.store(false, Ordering::Relaxed);
+        assert_eq!(counts(&p, "sglang", 4), vec![0, 0, 4]);
+        for f in &fakes {
+            f.1.store(false, Ordering::Relaxed);
+        }
+        // None ready: still an engine (the native ones first), never a refusal.
+        assert_eq!(counts(&p, "sglang", 4), vec![0, 2, 2]);
+        assert!(p.pick().is_some());
     }
 }

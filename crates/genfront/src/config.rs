@@ -148,6 +148,14 @@ pub struct ServeArgs {
     /// Maximum request body size (bytes, or with a KiB/MiB/GiB suffix).
     #[arg(long, env = "GENFRONT_BODY_LIMIT", default_value = "64MiB", value_parser = parse_byte_size, help_heading = "Limits")]
     pub body_limit: usize,
+    /// Most engine requests one client request may expand to (batch size × `n`).
+    #[arg(
+        long,
+        env = "GENFRONT_MAX_ENGINE_REQUESTS",
+        default_value_t = 1024,
+        help_heading = "Limits"
+    )]
+    pub max_engine_requests: usize,
     /// Maximum concurrent generate requests (503 with Retry-After beyond it); unlimited if unset.
     #[arg(
         long,
@@ -203,6 +211,7 @@ impl ServeArgs {
         FrontendConfig {
             body_limit: self.body_limit,
             max_concurrent_requests: self.max_concurrent_requests,
+            max_engine_requests: self.max_engine_requests,
             ..FrontendConfig::default()
         }
     }

@@ -67,11 +67,13 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Sidecar(args) => rt.block_on(async move {
             let engine: Arc<dyn Engine> = match &args.engine {
                 SidecarEngine::Mock => {
-                    let cfg = if args.mock_zero_delay {
+                    let mut cfg = if args.mock_zero_delay {
                         genfront_mocker::MockConfig::zero_delay()
                     } else {
                         genfront_mocker::MockConfig::default()
                     };
+                    // As `serve --mock`: no sampling masks unless asked (vLLM's default).
+                    cfg.info.sampling_mask = false;
                     Arc::new(genfront_mocker::MockEngine::new(cfg)?)
                 }
                 SidecarEngine::Worker(spec) => spec.connect().await?,
@@ -227,6 +229,10 @@ impl Server {
             }
         });
         let app = self.router();
+        // Small SSE frames must not wait for Nagle + delayed ACK (40 ms stalls per frame).
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         axum::serve(listener, app)
             .with_graceful_shutdown(shutdown.cancelled_owned())
             .await

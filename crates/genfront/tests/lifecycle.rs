@@ -604,3 +604,66 @@ async fn health_ready_and_model_info() {
     assert_eq!(v["object"], "list");
     assert_eq!(v["data"][0]["id"], "genfront-mock");
 }
+
+#[tokio::test]
+async fn unknown_routes_and_methods_answer_json_and_expansion_is_bounded() {
+    let s = start().await;
+    let r = s.client.get(s.url("/nope")).send().await.expect("sent");
+    assert_eq!(r.status().as_u16(), 404);
+    assert_eq!(
+        r.json::<Value>().await.expect("json"),
+        json!({"detail": "Not Found"})
+    );
+    let r = s
+        .client
+        .delete(s.url("/generate"))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(r.status().as_u16(), 405);
+    assert_eq!(
+        r.json::<Value>().await.expect("json"),
+        json!({"detail": "Method Not Allowed"})
+    );
+    // 100 prompts × n=256 is 25,600 engine requests from one small body: refused natively.
+    let batch: Vec<Vec<u32>> = (0..100).map(|_| vec![1, 2]).collect();
+    let (st, v) = s
+        .post_json(
+            "/generate",
+            &json!({"input_ids": batch, "sampling_params": {"n": 256, "max_new_tokens": 1}}),
+        )
+        .await;
+    assert_eq!(st, 400, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("--max-engine-requests")),
+        "{v}"
+    );
+    assert_eq!(s.running(), 0);
+}
+
+#[tokio::test]
+async fn sglang_header_request_id_becomes_the_rid_and_huge_ids_are_not_echoed() {
+    let s = start().await;
+    let r = s
+        .client
+        .post(s.url("/generate"))
+        .header("x-request-id", "hdr-rid")
+        .json(&json!({"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 1}}))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(r.headers()["x-request-id"], "hdr-rid");
+    let v: Value = r.json().await.expect("json");
+    assert_eq!(v["meta_info"]["id"], "hdr-rid");
+    let long = "a".repeat(100_000);
+    let r = s
+        .post(
+            "/generate",
+            &json!({"rid": long, "input_ids": [1], "sampling_params": {"max_new_tokens": 1}}),
+        )
+        .await;
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(r.headers().get("x-request-id").is_none());
+}

@@ -49,3 +49,11 @@ fn zero_engines_is_a_startup_error() {
     assert_ne!(code, 0);
     assert!(err.contains("no engines configured"), "{err}");
 }
+
+#[test]
+fn a_route_on_a_formats_abort_path_fails_at_startup() {
+    let (code, err) = genfront(&["serve", "--route", "/abort_request=vllm"], &[]);
+    assert_ne!(code, 0);
+    assert!(err.contains("two routes on path `/abort_request`"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}

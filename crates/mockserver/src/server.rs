@@ -166,6 +166,10 @@ impl MockServer {
             sd.cancelled().await;
             state.abort_all_for_shutdown();
         });
+        // Small SSE frames must not wait for Nagle + delayed ACK (40 ms stalls per frame).
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let result = axum::serve(listener, self.router)
             .with_graceful_shutdown(shutdown.cancelled_owned())
             .await

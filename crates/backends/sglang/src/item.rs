@@ -19,7 +19,7 @@ use crate::sampling::SamplingParams;
 
 /// genfront's answer to a `text` prompt (SGLang with `--skip-tokenizer-init` says "The engine
 /// initialized with skip_tokenizer_init=True cannot accept text prompts…").
-pub const TEXT_UNSUPPORTED: &str = "genfront is token-in only: this server has no tokenizer configured, so it cannot accept text prompts. Please provide input_ids (token ids) instead of text, or configure a tokenizer.";
+pub const TEXT_UNSUPPORTED: &str = "genfront is token-in only: this server has no tokenizer configured, so it cannot accept text prompts. Please provide input_ids (token ids) instead of text.";
 /// genfront's answer to an `input_embeds` prompt.
 pub const EMBEDS_UNSUPPORTED: &str = "input_embeds is not supported: genfront is token-in only and its engines take token ids. Please provide input_ids instead.";
 

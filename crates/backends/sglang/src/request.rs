@@ -83,9 +83,21 @@ pub(crate) fn parse(input: &ParseInput<'_>) -> Result<GenerateRequest, Rejection
             param: Some("body".to_owned()),
         })
     })?;
-    let Value::Object(obj) = value else {
+    let Value::Object(mut obj) = value else {
         return Err(json::type_error("body", "a valid dictionary").into());
     };
+    // No body rid: the `x-request-id` header is the rid (as the reference frontend does), so
+    // the echoed header and `meta_info.id` agree.
+    if obj.get("rid").is_none_or(Value::is_null)
+        && let Some(h) = input
+            .headers
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+    {
+        obj.insert("rid".to_owned(), Value::String(h.to_owned()));
+    }
     let stream = req_bool(&obj, "stream", false)?;
     let reject = |error: GenerateError| Rejection { error, stream };
     let fields = Fields::read(&obj).map_err(reject)?;

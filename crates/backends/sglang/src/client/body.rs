@@ -60,6 +60,10 @@ pub(crate) struct Dispatch {
     pub index: u32,
     /// The JSON body.
     pub body: Vec<u8>,
+    /// Ask SGLang for its unary answer (`"stream": false`): the client itself asked for a unary
+    /// answer, so one native body is cheaper than a stream (cumulative frames grow with every
+    /// token) and is exactly what SGLang would have answered.
+    pub unary: bool,
 }
 
 /// What the engine can produce beyond the basics, for typed bodies.
@@ -92,6 +96,7 @@ pub(crate) fn plan(
             None
         }
     };
+    let unary = native_obj.is_some_and(|o| o.get("stream") != Some(&Value::Bool(true)));
     (0..n)
         .map(|i| {
             let child = if n == 1 {
@@ -100,13 +105,14 @@ pub(crate) fn plan(
                 format!("{rid}-{i}")
             };
             let body = match native_obj {
-                Some(obj) => native_body(obj, request, &child, n > 1),
+                Some(obj) => native_body(obj, request, &child, n > 1, !unary),
                 None => typed_body(request, &child, info),
             };
             Ok(Dispatch {
                 rid: child,
                 index: i,
                 body,
+                unary,
             })
         })
         .collect()
@@ -171,6 +177,7 @@ fn native_body(
     request: &EngineRequest,
     rid: &str,
     split: bool,
+    stream: bool,
 ) -> Vec<u8> {
     let mut out = Vec::with_capacity(256 + request.token_ids.len() * 7);
     out.push(b'{');
@@ -191,7 +198,7 @@ fn native_body(
             }
             "stream" => {
                 has_stream = true;
-                member(&mut out, first, k, &true);
+                member(&mut out, first, k, &stream);
             }
             "input_ids" => {
                 has_ids = true;
@@ -234,7 +241,7 @@ fn native_body(
         member(&mut out, first, "input_ids", &request.token_ids);
     }
     if !has_stream {
-        member(&mut out, first, "stream", &true);
+        member(&mut out, first, "stream", &stream);
     }
     if !has_dp && let Some(rank) = request.routing.dp_rank {
         member(&mut out, first, "routed_dp_rank", &rank);

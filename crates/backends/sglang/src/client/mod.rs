@@ -158,6 +158,7 @@ impl SglangEngine {
         let base = base_url.trim_end_matches('/').to_owned();
         let http = reqwest::Client::builder()
             .connect_timeout(options.connect_timeout)
+            .tcp_nodelay(true)
             .build()
             .map_err(|e| EngineError::internal(format!("cannot build the HTTP client: {e}")))?;
         let timeout = options.info_timeout;

@@ -39,6 +39,9 @@ use super::sse::SseSplitter;
 
 type Item = Result<EngineOutput, EngineError>;
 
+/// The largest unary answer accepted (routed experts of long sequences reach tens of MB).
+const UNARY_BODY_LIMIT: usize = 1 << 30;
+
 /// SGLang's default abort message, used for the `Cancelled` finishes the client makes itself.
 const ABORTED: &str = "Aborted";
 
@@ -72,10 +75,11 @@ pub(crate) fn generate(
     let mut choices: Vec<BoxStream<'static, Item>> = dispatches
         .into_iter()
         .map(|d| {
+            // A unary answer is one cumulative frame.
             let cfg = DecodeConfig::for_request(
                 &request,
                 d.index,
-                inner.incremental,
+                inner.incremental && !d.unary,
                 &inner.info.eos_token_ids,
                 inner.opts.experts_shape,
             );
@@ -206,6 +210,8 @@ struct Choice {
     body: Vec<u8>,
     decoder: FrameDecoder,
     splitter: SseSplitter,
+    /// `Some(body so far)` when SGLang answers unary (see [`Dispatch::unary`]).
+    unary: Option<Vec<u8>>,
     phase: Phase,
     pending: VecDeque<Item>,
     /// Set when `cancel` was seen after sending: the end of the grace period.
@@ -235,6 +241,7 @@ impl Choice {
             body: dispatch.body,
             decoder: FrameDecoder::new(cfg),
             splitter: SseSplitter::new(),
+            unary: dispatch.unary.then(Vec::new),
             phase: Phase::Start,
             pending: VecDeque::new(),
             deadline: None,
@@ -261,11 +268,16 @@ impl Choice {
                         self.end_cancelled();
                         continue;
                     }
+                    let accept = if self.unary.is_some() {
+                        "application/json"
+                    } else {
+                        "text/event-stream"
+                    };
                     let req = self
                         .inner
                         .http
                         .post(&self.inner.generate_url)
-                        .header(ACCEPT, "text/event-stream")
+                        .header(ACCEPT, accept)
                         .header(CONTENT_TYPE, "application/json")
                         .body(std::mem::take(&mut self.body));
                     self.guard.dispatched.store(true, Ordering::Release);
@@ -316,6 +328,32 @@ impl Choice {
                         self.guard.fire();
                     }
                     self.fail(errors::send_error(&e));
+                }
+                Wake::Chunk(Some(Ok(bytes))) if self.unary.is_some() => {
+                    let body = self.unary.get_or_insert_with(Vec::new);
+                    if body.len() + bytes.len() > UNARY_BODY_LIMIT {
+                        self.guard.fire();
+                        self.fail(EngineError::internal(
+                            "SGLang sent a unary answer larger than the client accepts",
+                        ));
+                    } else {
+                        body.extend_from_slice(&bytes);
+                    }
+                }
+                Wake::Chunk(None) if self.unary.is_some() => {
+                    let body = self.unary.take().unwrap_or_default();
+                    self.on_event(&body);
+                    if matches!(self.phase, Phase::Reading(_) | Phase::Draining(..)) {
+                        if self
+                            .pending
+                            .back()
+                            .is_some_and(|i| i.as_ref().is_ok_and(|o| o.finish_reason.is_some()))
+                        {
+                            self.phase = Phase::Done;
+                        } else {
+                            self.fail(EngineError::new(ErrorKind::StreamIncomplete, CLOSED_EARLY));
+                        }
+                    }
                 }
                 Wake::Chunk(Some(Ok(bytes))) => {
                     if self.splitter.push(&bytes).is_err() {

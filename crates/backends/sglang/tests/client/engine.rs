@@ -34,8 +34,13 @@ async fn connect(fake: &Fake, opts: SglangEngineOptions) -> SglangEngine {
     }
 }
 
-/// The engine request the SGLang format makes of `body`, with the dispatch id [`RID`].
-fn native_request(engine: &SglangEngine, body: Value) -> (EngineRequest, Prepared) {
+/// The engine request the SGLang format makes of `body`, with the dispatch id [`RID`]. Without a
+/// `stream` key the client is taken to stream (these tests exercise the streaming upstream; a
+/// unary client gets SGLang's unary answer, see `unary_clients_get_the_unary_answer`).
+fn native_request(engine: &SglangEngine, mut body: Value) -> (EngineRequest, Prepared) {
+    if let Some(o) = body.as_object_mut() {
+        o.entry("stream").or_insert(json!(true));
+    }
     let mut p = prepare(&body, engine.info(), engine.incremental_streaming());
     let mut req = p.subs[0].request.clone();
     req.request_id = RID.into();
@@ -133,7 +138,7 @@ async fn cumulative_stream_split_across_chunks() {
     let body = sse(&frames, true);
     fake.shared
         .push(Reply::Sse(chunks(&body, &[7, 3, 50, 1, 1]), End::Close));
-    let client_body = json!({"rid": "client-rid", "input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 8, "zzz_unknown": 1}, "custom": [1], "stream": false});
+    let client_body = json!({"rid": "client-rid", "input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 8, "zzz_unknown": 1}, "custom": [1], "stream": true});
     let (req, _) = native_request(&e, client_body);
     let outs = oks(&collect(e.generate(req, CancellationToken::new())).await);
     let ids: Vec<Vec<u32>> = outs.iter().map(|o| o.token_ids.clone()).collect();
@@ -668,4 +673,40 @@ async fn health_probe_sets_readiness() {
             .load(std::sync::atomic::Ordering::Relaxed)
             <= calls + 1
     );
+}
+
+#[tokio::test]
+async fn unary_clients_get_the_unary_answer() {
+    let fake = fake::start(false).await;
+    let e = connect(
+        &fake,
+        SglangEngineOptions {
+            eos_token_ids: vec![2],
+            ..SglangEngineOptions::default()
+        },
+    )
+    .await;
+    let answer = frame(
+        &[5, 6, 2],
+        json!({"type": "stop", "matched": 2}),
+        3,
+        json!({"e2e_latency": 0.1}),
+    );
+    let bytes = serde_json::to_vec(&answer).expect("json");
+    fake.shared
+        .push(Reply::Sse(chunks(&bytes, &[4, 9]), End::Close));
+    let (req, _) = native_request(
+        &e,
+        json!({"rid": "c", "input_ids": [1, 2, 3], "stream": false}),
+    );
+    let outs = oks(&collect(e.generate(req, CancellationToken::new())).await);
+    assert_eq!(outs.len(), 1, "one answer, one delta");
+    assert_eq!(outs[0].token_ids, vec![5, 6, 2]);
+    assert_eq!(
+        outs[0].finish_reason,
+        Some(FinishReason::Eos { token_id: 2 })
+    );
+    let sent = fake.shared.bodies();
+    assert_eq!(sent[0]["stream"], false);
+    assert_eq!(sent[0]["rid"], RID);
 }

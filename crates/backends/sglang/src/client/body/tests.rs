@@ -38,6 +38,15 @@ fn keys(v: &Value) -> Vec<String> {
 }
 
 #[test]
+fn streaming_clients_stream_upstream() {
+    let client = json!({"rid": "r", "input_ids": [1], "stream": true});
+    let out = bodies(&native(client), Caps::default()).unwrap_or_default();
+    let (d, v) = &out[0];
+    assert_eq!(v["stream"], true);
+    assert!(!d.unary);
+}
+
+#[test]
 fn native_body_is_lossless_with_surgical_edits() {
     let client = json!({
         "text": "ignored",
@@ -66,7 +75,9 @@ fn native_body_is_lossless_with_surgical_edits() {
     );
     assert_eq!(v["rid"], "0123abcd");
     assert_eq!(v["input_ids"], json!([7, 8, 9]));
-    assert_eq!(v["stream"], true);
+    // A unary client gets SGLang's unary answer: one native body instead of a growing stream.
+    assert_eq!(v["stream"], false);
+    assert!(d.unary);
     assert_eq!(
         v["sampling_params"],
         json!({"max_new_tokens": 4, "future_key": [1], "temperature": 0.5})
