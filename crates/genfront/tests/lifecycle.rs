@@ -667,3 +667,44 @@ async fn sglang_header_request_id_becomes_the_rid_and_huge_ids_are_not_echoed() 
     assert_eq!(r.status().as_u16(), 200);
     assert!(r.headers().get("x-request-id").is_none());
 }
+
+#[tokio::test]
+async fn a_slow_client_backpressures_the_engine_instead_of_buffering() {
+    let mut cfg = zero_delay();
+    cfg.info.max_context_len = 4_000_000;
+    let s = start_with(&[], cfg, 1).await;
+    let resp = s
+        .post(
+            "/inference/v1/generate",
+            &json!({"token_ids": [1, 2, 3], "stream": true,
+                    "sampling_params": {"max_tokens": 3_000_000, "ignore_eos": true}}),
+        )
+        .await;
+    assert_eq!(resp.status().as_u16(), 200);
+    // Read nothing for a while: a zero-delay engine could produce millions of tokens meanwhile.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let m = s
+        .client
+        .get(s.url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    let produced = sample(&m, "genfront_output_tokens_total", &[("format", "vllm")]).unwrap_or(0.0);
+    eprintln!("tokens pulled from the engine while the client read nothing: {produced}");
+    // Only what fits in the socket buffers was pulled from the engine.
+    assert!(
+        produced < 200_000.0,
+        "{produced} tokens pulled from the engine for a client that reads nothing"
+    );
+    assert_eq!(
+        s.running(),
+        1,
+        "the engine request is still open, waiting on the client"
+    );
+    drop(resp);
+    assert!(wait_for(|| s.running() == 0, Duration::from_secs(2)).await);
+    assert_eq!(s.aborted(), 1);
+}
