@@ -139,3 +139,8 @@ for (w, t, r, front) in rows:
 print()
 print("Workloads: `unary` = prompt 32, 8 new tokens; `plain64` / `logprobs` = 64 new tokens without / with top-5 "
       "logprobs; `stream` = SSE, 128 tokens; all closed loop at concurrency 16 unless noted.\n")
+
+notes = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "benchmark-changes.md")
+if os.path.exists(notes):
+    with open(notes) as f:
+        print(f.read())
