@@ -47,18 +47,14 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(args) => rt.block_on(async move {
             let server = Server::build(&args).await?;
             let addr = SocketAddr::new(args.host, args.port);
-            let listener = TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("cannot bind {addr}"))?;
+            let listener = bind(addr)?;
             let shutdown = CancellationToken::new();
             tokio::spawn(watch_signals(shutdown.clone()));
             server.serve(listener, shutdown).await
         }),
         Command::Mocker(args) => rt.block_on(async move {
             let addr = args.addr();
-            let listener = TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("cannot bind {addr}"))?;
+            let listener = bind(addr)?;
             tracing::info!(address = %addr, api = ?args.api, "native mock engine serving");
             let shutdown = CancellationToken::new();
             tokio::spawn(watch_signals(shutdown.clone()));
@@ -78,9 +74,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                 }
                 SidecarEngine::Worker(spec) => spec.connect().await?,
             };
-            let listener = TcpListener::bind(args.listen)
-                .await
-                .with_context(|| format!("cannot bind {}", args.listen))?;
+            let listener = bind(args.listen)?;
             tracing::info!(address = %args.listen, engine = ?args.engine, "sidecar serving");
             let shutdown = CancellationToken::new();
             tokio::spawn(watch_signals(shutdown.clone()));
@@ -93,6 +87,32 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }),
     }
+}
+
+/// Listen backlog asked of the kernel, which caps it at `net.core.somaxconn` (4096 on current
+/// Linux). `TcpListener::bind` asks for 1024: a burst of thousands of new connections (10k streams
+/// opened at once) overflows that queue, the kernel drops the SYNs, and clients retry only after
+/// 1 s, 3 s, 7 s, … — past a 5 s connect timeout some of them fail.
+const LISTEN_BACKLOG: u32 = 65_535;
+
+/// Bind `addr` (with `SO_REUSEADDR`, as `TcpListener::bind`) and listen with [`LISTEN_BACKLOG`].
+fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()
+    } else {
+        tokio::net::TcpSocket::new_v6()
+    }
+    .with_context(|| format!("cannot create a socket for {addr}"))?;
+    #[cfg(unix)]
+    socket
+        .set_reuseaddr(true)
+        .with_context(|| format!("cannot set SO_REUSEADDR for {addr}"))?;
+    socket
+        .bind(addr)
+        .with_context(|| format!("cannot bind {addr}"))?;
+    socket
+        .listen(LISTEN_BACKLOG)
+        .with_context(|| format!("cannot listen on {addr}"))
 }
 
 async fn watch_signals(shutdown: CancellationToken) {

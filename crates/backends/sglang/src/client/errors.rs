@@ -49,7 +49,15 @@ pub(crate) fn http_error(status: u16, body: &[u8]) -> EngineError {
 
 /// The error for a request that could not be sent or answered (no HTTP status).
 pub(crate) fn send_error(err: &reqwest::Error) -> EngineError {
-    EngineError::unavailable(format!("SGLang /generate could not be reached: {err}"))
+    // reqwest's Display omits the cause (connection refused, timed out, reset…): append the chain.
+    let mut msg = format!("SGLang /generate could not be reached: {err}");
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        msg.push_str(": ");
+        msg.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    EngineError::unavailable(msg)
 }
 
 /// The human message of an error body: `{"error":{"message"}}`, `{"error":"…"}`, the flat

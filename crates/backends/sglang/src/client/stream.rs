@@ -42,6 +42,29 @@ type Item = Result<EngineOutput, EngineError>;
 /// The largest unary answer accepted (routed experts of long sequences reach tens of MB).
 const UNARY_BODY_LIMIT: usize = 1 << 30;
 
+/// How long a choice keeps retrying a connect that failed for lack of a local resource (file
+/// descriptors, ephemeral ports) before it gives up. Such a failure happens before anything was
+/// sent, so a retry cannot duplicate work on the engine; descriptors free up as other streams end.
+const EXHAUSTED_RETRY_BUDGET: std::time::Duration = std::time::Duration::from_secs(10);
+/// First and largest pause between those retries (doubling in between).
+const EXHAUSTED_BACKOFF_MIN: std::time::Duration = std::time::Duration::from_millis(20);
+const EXHAUSTED_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Whether a connect error was caused by local resource exhaustion (`EMFILE`, `ENFILE`,
+/// `EADDRNOTAVAIL`) rather than by the engine (refused, unreachable, timed out).
+fn local_exhaustion(err: &reqwest::Error) -> bool {
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            // ENFILE and EMFILE are 23 and 24 on Linux, macOS and the BSDs.
+            return io.kind() == std::io::ErrorKind::AddrNotAvailable
+                || (cfg!(unix) && matches!(io.raw_os_error(), Some(23 | 24)));
+        }
+        source = cause.source();
+    }
+    false
+}
+
 /// SGLang's default abort message, used for the `Cancelled` finishes the client makes itself.
 const ABORTED: &str = "Aborted";
 
@@ -207,7 +230,12 @@ struct Choice {
     inner: Arc<Inner>,
     guard: Arc<AbortGuard>,
     cancel: CancellationToken,
-    body: Vec<u8>,
+    /// The request body (kept, cheaply cloned, for a retried connect).
+    body: Bytes,
+    /// Pause before the next connect attempt, after a resource-exhaustion connect failure.
+    retry_at: Option<Instant>,
+    /// When such retries stop (set at the first one).
+    retry_until: Option<Instant>,
     decoder: FrameDecoder,
     splitter: SseSplitter,
     /// `Some(body so far)` when SGLang answers unary (see [`Dispatch::unary`]).
@@ -238,7 +266,9 @@ impl Choice {
             inner,
             guard,
             cancel,
-            body: dispatch.body,
+            body: Bytes::from(dispatch.body),
+            retry_at: None,
+            retry_until: None,
             decoder: FrameDecoder::new(cfg),
             splitter: SseSplitter::new(),
             unary: dispatch.unary.then(Vec::new),
@@ -264,6 +294,14 @@ impl Choice {
             let wake = match &mut self.phase {
                 Phase::Done => return None,
                 Phase::Start => {
+                    if let Some(at) = self.retry_at.take() {
+                        tokio::select! {
+                            biased;
+                            () = self.cancel.cancelled() => {},
+                            () = tokio::time::sleep_until(at) => {},
+                        }
+                        continue;
+                    }
                     if self.cancel.is_cancelled() {
                         self.end_cancelled();
                         continue;
@@ -279,7 +317,7 @@ impl Choice {
                         .post(&self.inner.generate_url)
                         .header(ACCEPT, accept)
                         .header(CONTENT_TYPE, "application/json")
-                        .body(std::mem::take(&mut self.body));
+                        .body(self.body.clone());
                     self.guard.dispatched.store(true, Ordering::Release);
                     self.phase = Phase::Sending(Box::pin(req.send()));
                     continue;
@@ -321,6 +359,19 @@ impl Choice {
                 Wake::Deadline => self.end_cancelled(),
                 Wake::Response(Ok(resp)) => self.on_response(resp).await,
                 Wake::Response(Err(e)) => {
+                    if e.is_connect() && self.deadline.is_none() && local_exhaustion(&e) {
+                        let now = Instant::now();
+                        let until = *self.retry_until.get_or_insert(now + EXHAUSTED_RETRY_BUDGET);
+                        if now < until {
+                            let waited = self.retry_until.map_or(std::time::Duration::ZERO, |u| {
+                                EXHAUSTED_RETRY_BUDGET.saturating_sub(u - now)
+                            });
+                            let pause = waited.clamp(EXHAUSTED_BACKOFF_MIN, EXHAUSTED_BACKOFF_MAX);
+                            self.retry_at = Some(now + pause);
+                            self.phase = Phase::Start;
+                            continue;
+                        }
+                    }
                     if e.is_connect() {
                         self.inner.set_ready(false);
                     } else {
