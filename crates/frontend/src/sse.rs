@@ -3,7 +3,7 @@
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::Stream;
@@ -13,6 +13,11 @@ use genfront_format::{Assembler, GenerateError, GenerateFormat};
 use crate::handler::{RequestGuard, Tagged};
 
 const DONE: &[u8] = b"data: [DONE]\n\n";
+
+/// At most this many events are coalesced into one body chunk.
+const COALESCE_EVENTS: usize = 16;
+/// A body chunk stops coalescing once its events reach this many bytes.
+const COALESCE_BYTES: usize = 64 * 1024;
 
 /// The body of a streaming response. Polled by hyper only when the connection can take more, so
 /// a slow client backpressures the engine streams; dropping it (client gone) drops the engine
@@ -80,14 +85,24 @@ impl Stream for SseBody {
             if this.done {
                 return Poll::Ready(None);
             }
-            match ready!(this.outputs.poll_next_unpin(cx)) {
+            // Events of outputs that were already ready are coalesced into one body chunk (one
+            // write to the client instead of one per token); nothing waits for more to arrive.
+            let polled = match this.outputs.poll_next_unpin(cx) {
+                Poll::Ready(item) => item,
+                Poll::Pending if this.events.is_empty() => return Poll::Pending,
+                Poll::Pending => return Poll::Ready(Some(Ok(this.frame(false)))),
+            };
+            let before = this.events.len();
+            match polled {
                 Some((sub, Ok(out))) => {
                     this.guard.tracker.observe(sub, &out);
                     if let Err(e) = this.assembler.on_output(sub, out, &mut this.events) {
-                        this.events.clear();
+                        this.events.truncate(before);
                         return Poll::Ready(Some(Ok(this.fail(&e))));
                     }
-                    if !this.events.is_empty() {
+                    if this.events.len() >= COALESCE_EVENTS
+                        || this.events.iter().map(Bytes::len).sum::<usize>() >= COALESCE_BYTES
+                    {
                         return Poll::Ready(Some(Ok(this.frame(false))));
                     }
                 }
@@ -96,7 +111,7 @@ impl Stream for SseBody {
                 }
                 None => {
                     if let Err(e) = this.assembler.finish_stream(&mut this.events) {
-                        this.events.clear();
+                        this.events.truncate(before);
                         return Poll::Ready(Some(Ok(this.fail(&e))));
                     }
                     this.done = true;

@@ -190,9 +190,9 @@ impl FrameDecoder {
     /// An [`EngineError`] for error frames, error aborts and frames that break the contract
     /// (invalid JSON, misaligned lists, a frame after the terminal one).
     pub fn decode(&mut self, data: &[u8]) -> Result<EngineOutput, EngineError> {
-        let value: Value = serde_json::from_slice(data)
+        let (value, skipped) = parse::frame(data, self.delivered, self.cfg.incremental)
             .map_err(|e| internal(format!("SGLang sent a frame that is not valid JSON: {e}")))?;
-        self.decode_value(value)
+        self.decode_parsed(value, skipped)
     }
 
     /// Decode one frame already parsed as JSON.
@@ -200,14 +200,19 @@ impl FrameDecoder {
     /// # Errors
     /// As [`FrameDecoder::decode`].
     pub fn decode_value(&mut self, frame: Value) -> Result<EngineOutput, EngineError> {
-        let result = self.decode_frame(frame);
+        self.decode_parsed(frame, 0)
+    }
+
+    /// Decode a frame whose first `skipped` (cumulative) output ids were left out.
+    fn decode_parsed(&mut self, frame: Value, skipped: usize) -> Result<EngineOutput, EngineError> {
+        let result = self.decode_frame(frame, skipped);
         if !matches!(&result, Ok(o) if o.finish_reason.is_none()) {
             self.finished = true;
         }
         result
     }
 
-    fn decode_frame(&mut self, frame: Value) -> Result<EngineOutput, EngineError> {
+    fn decode_frame(&mut self, frame: Value, skipped: usize) -> Result<EngineOutput, EngineError> {
         if self.finished {
             return Err(internal("SGLang sent a frame after the terminal response"));
         }
@@ -235,7 +240,11 @@ impl FrameDecoder {
         };
         let new_ids: &[Value] = if self.cfg.incremental {
             ids
-        } else if let Some(tail) = ids.get(self.delivered..) {
+        } else if let Some(tail) = self
+            .delivered
+            .checked_sub(skipped)
+            .and_then(|from| ids.get(from..))
+        {
             tail
         } else if is_abort {
             &[]
@@ -243,7 +252,7 @@ impl FrameDecoder {
             return Err(internal(format!(
                 "SGLang cumulative output_ids shrank from {} to {} ids",
                 self.delivered,
-                ids.len()
+                skipped + ids.len()
             )));
         };
         let token_ids = new_ids
@@ -780,6 +789,8 @@ fn strip_typed(frame: &mut Map<String, Value>) {
         }
     }
 }
+
+mod parse;
 
 #[cfg(test)]
 mod tests;

@@ -621,3 +621,92 @@ proptest! {
         }
     }
 }
+
+/// Renders one list entry for a token id.
+type Entry = Box<dyn Fn(u32) -> Value>;
+
+/// A cumulative stream: per frame, the new ids and, per output-side list, its form (0 absent,
+/// 1 full, 2 sliced); optionally a finish on the last frame or a shrunk abort frame.
+fn cumulative_frames(steps: &[(u8, [u8; 4])], finish: u8) -> Vec<Value> {
+    let mut ids: Vec<u32> = Vec::new();
+    let mut frames = Vec::new();
+    let lp = |id: u32| json!([-0.5 - f64::from(id) / 7.0, id, null]);
+    for (j, (n, forms)) in steps.iter().enumerate() {
+        let start = ids.len();
+        ids.extend((0..u32::from(*n)).map(|x| x + 3 * j as u32 + 4));
+        let mut meta = json!({"id": "r", "finish_reason": null, "prompt_tokens": 4, "x": [1, 2]});
+        let lists: [(&str, Entry); 4] = [
+            ("output_token_logprobs", Box::new(lp)),
+            (
+                "output_top_logprobs",
+                Box::new(move |id| json!([lp(id), lp(id + 1)])),
+            ),
+            (
+                "output_token_ids_logprobs",
+                Box::new(move |id| json!([lp(id)])),
+            ),
+            (
+                "output_token_sampling_mask",
+                Box::new(|id| json!([id, id + 1])),
+            ),
+        ];
+        for ((key, make), form) in lists.iter().zip(forms) {
+            let from = match form % 3 {
+                0 => continue,
+                1 => 0,
+                _ => start,
+            };
+            let list: Vec<Value> = ids
+                .get(from..)
+                .unwrap_or_default()
+                .iter()
+                .map(|&i| make(i))
+                .collect();
+            meta[*key] = Value::Array(list);
+        }
+        frames.push(json!({"output_ids": ids, "meta_info": meta}));
+    }
+    if let Some(Value::Object(last)) = frames.last_mut() {
+        match finish % 3 {
+            1 => last["meta_info"]["finish_reason"] = json!({"type": "length"}),
+            2 => {
+                last["meta_info"]["finish_reason"] = json!({"type": "abort"});
+                last["output_ids"] = json!([ids.last().copied().unwrap_or(1)]);
+            }
+            _ => {}
+        }
+    }
+    frames
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Decoding the bytes (which skips the delivered prefixes) equals decoding the full parse.
+    #[test]
+    fn bytes_decode_as_full_parse(
+        cfg in full_config(),
+        steps in prop::collection::vec((0u8..4, any::<[u8; 4]>()), 1..6),
+        finish in any::<u8>(),
+    ) {
+        let mut by_bytes = FrameDecoder::new(cfg.clone());
+        let mut by_value = FrameDecoder::new(cfg);
+        for f in cumulative_frames(&steps, finish) {
+            let a = by_bytes.decode(f.to_string().as_bytes());
+            let b = by_value.decode_value(f);
+            prop_assert_eq!(format!("{a:?}"), format!("{b:?}"));
+        }
+    }
+
+    /// The same for arbitrary JSON frames.
+    #[test]
+    fn arbitrary_bytes_decode_as_full_parse(cfg in full_config(), frames in prop::collection::vec(json_value(), 0..4)) {
+        let mut by_bytes = FrameDecoder::new(cfg.clone());
+        let mut by_value = FrameDecoder::new(cfg);
+        for f in frames {
+            let a = by_bytes.decode(f.to_string().as_bytes());
+            let b = by_value.decode_value(f);
+            prop_assert_eq!(format!("{a:?}"), format!("{b:?}"));
+        }
+    }
+}
