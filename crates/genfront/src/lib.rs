@@ -253,7 +253,9 @@ impl Server {
         let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
             let _ = tcp.set_nodelay(true);
         });
-        axum::serve(listener, app)
+        // `into_make_service`: each connection gets a clone of the router (an `Arc`); serving the
+        // `Router` itself rebuilds it per connection (`with_state`), ~6 KiB a connection.
+        axum::serve(listener, app.into_make_service())
             .with_graceful_shutdown(shutdown.cancelled_owned())
             .await
             .context("server error")?;
