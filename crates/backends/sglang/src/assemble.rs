@@ -439,15 +439,25 @@ impl SglangAssembler {
         if let Some(Value::Object(frame)) = &output.engine_data
             && let Some(Value::Object(meta)) = frame.get("meta_info")
         {
+            // The values rarely change from frame to frame: clone only what did.
+            let keep = |slot: &mut Option<Value>, v: &Value| {
+                if slot.as_ref() != Some(v) {
+                    *slot = Some(v.clone());
+                }
+            };
             for (k, v) in meta {
                 match k.as_str() {
-                    "weight_version" => s.weight_version = Some(v.clone()),
-                    "num_retractions" | "total_retractions" => s.num_retractions = Some(v.clone()),
-                    "reasoning_tokens" => s.reasoning_tokens = Some(v.clone()),
+                    "weight_version" => keep(&mut s.weight_version, v),
+                    "num_retractions" | "total_retractions" => keep(&mut s.num_retractions, v),
+                    "reasoning_tokens" => keep(&mut s.reasoning_tokens, v),
                     k if OWNED_META_KEYS.contains(&k) => {}
-                    _ => {
-                        s.extra_meta.insert(k.clone(), v.clone());
-                    }
+                    _ => match s.extra_meta.get_mut(k) {
+                        Some(old) if old == v => {}
+                        Some(old) => *old = v.clone(),
+                        None => {
+                            s.extra_meta.insert(k.to_owned(), v.clone());
+                        }
+                    },
                 }
             }
         }

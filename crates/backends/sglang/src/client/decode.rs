@@ -784,9 +784,8 @@ fn flat_top(
 fn strip_typed(frame: &mut Map<String, Value>) {
     frame.shift_remove("output_ids");
     if let Some(Value::Object(meta)) = frame.get_mut("meta_info") {
-        for key in TYPED_META_LISTS {
-            meta.shift_remove(*key);
-        }
+        // One pass without hashing (most frames carry none of them, or a few).
+        meta.retain(|k, _| !TYPED_META_LISTS.contains(&k.as_str()));
     }
 }
 

@@ -127,11 +127,7 @@ impl SseSplitter {
     /// terminator is buffered. A trailing `\r` waits for the next byte (it may start `\r\n`).
     fn line_end(&mut self) -> Option<(usize, usize)> {
         let from = self.scan.max(self.head);
-        let rel = self
-            .buf
-            .get(from..)?
-            .iter()
-            .position(|&b| b == b'\n' || b == b'\r');
+        let rel = memchr::memchr2(b'\n', b'\r', self.buf.get(from..)?);
         let Some(rel) = rel else {
             self.scan = self.buf.len();
             return None;

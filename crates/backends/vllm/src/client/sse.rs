@@ -56,10 +56,7 @@ impl SseSplitter {
         }
         self.buf.extend_from_slice(chunk);
         let mut pos = self.start;
-        while let Some(offset) = self.buf[pos..]
-            .iter()
-            .position(|b| *b == b'\n' || *b == b'\r')
-        {
+        while let Some(offset) = memchr::memchr2(b'\n', b'\r', &self.buf[pos..]) {
             let end = pos + offset;
             let next = match self.buf[end] {
                 b'\r' => match self.buf.get(end + 1) {
