@@ -190,9 +190,9 @@ impl FrameDecoder {
     /// An [`EngineError`] for error frames, error aborts and frames that break the contract
     /// (invalid JSON, misaligned lists, a frame after the terminal one).
     pub fn decode(&mut self, data: &[u8]) -> Result<EngineOutput, EngineError> {
-        let (value, skipped) = parse::frame(data, self.delivered, self.cfg.incremental)
+        let (value, skipped, typed) = parse::frame(data, self.delivered, self.cfg.incremental)
             .map_err(|e| internal(format!("SGLang sent a frame that is not valid JSON: {e}")))?;
-        self.decode_parsed(value, skipped)
+        self.decode_parsed(value, skipped, &typed)
     }
 
     /// Decode one frame already parsed as JSON.
@@ -200,19 +200,30 @@ impl FrameDecoder {
     /// # Errors
     /// As [`FrameDecoder::decode`].
     pub fn decode_value(&mut self, frame: Value) -> Result<EngineOutput, EngineError> {
-        self.decode_parsed(frame, 0)
+        self.decode_parsed(frame, 0, &parse::Typed::default())
     }
 
-    /// Decode a frame whose first `skipped` (cumulative) output ids were left out.
-    fn decode_parsed(&mut self, frame: Value, skipped: usize) -> Result<EngineOutput, EngineError> {
-        let result = self.decode_frame(frame, skipped);
+    /// Decode a frame whose first `skipped` (cumulative) output ids were left out and whose
+    /// `typed` lists were read ahead.
+    fn decode_parsed(
+        &mut self,
+        frame: Value,
+        skipped: usize,
+        typed: &parse::Typed,
+    ) -> Result<EngineOutput, EngineError> {
+        let result = self.decode_frame(frame, skipped, typed);
         if !matches!(&result, Ok(o) if o.finish_reason.is_none()) {
             self.finished = true;
         }
         result
     }
 
-    fn decode_frame(&mut self, frame: Value, skipped: usize) -> Result<EngineOutput, EngineError> {
+    fn decode_frame(
+        &mut self,
+        frame: Value,
+        skipped: usize,
+        typed: &parse::Typed,
+    ) -> Result<EngineOutput, EngineError> {
         if self.finished {
             return Err(internal("SGLang sent a frame after the terminal response"));
         }
@@ -262,7 +273,7 @@ impl FrameDecoder {
         let new = token_ids.len();
 
         let logprobs = match self.cfg.logprobs {
-            Some(k) => Some(self.output_logprobs(meta, &token_ids, k)?),
+            Some(k) => Some(self.output_logprobs(meta, &token_ids, k, typed)?),
             None => None,
         };
         let sampling_mask = if self.cfg.sampling_mask {
@@ -320,6 +331,7 @@ impl FrameDecoder {
         meta: &Map<String, Value>,
         token_ids: &[u32],
         k: u32,
+        typed: &parse::Typed,
     ) -> Result<Vec<TokenLogprob>, EngineError> {
         let new = token_ids.len();
         let Some(lps) = aligned(meta, "output_token_logprobs", self.delivered, new)? else {
@@ -342,9 +354,15 @@ impl FrameDecoder {
         };
         let mut out = Vec::with_capacity(new);
         for (j, (lp, &id)) in lps.iter().zip(token_ids).enumerate() {
-            let (logprob, lp_id) = triple(lp, "output_token_logprobs")?;
+            let (logprob, lp_id) = match typed.lp.as_ref().and_then(|t| t.get(j)) {
+                Some(t) => *t,
+                None => triple(lp, "output_token_logprobs")?,
+            };
             let mut top = match tops.and_then(|t| t.get(j)) {
-                Some(v) => candidates(v, "output_top_logprobs", true)?,
+                Some(v) => match typed.top.as_ref().and_then(|t| t.get(j)) {
+                    Some(row) => typed_candidates(row.as_deref()),
+                    None => candidates(v, "output_top_logprobs", true)?,
+                },
                 None => Vec::new(),
             };
             top.truncate(k as usize);
@@ -699,6 +717,19 @@ fn candidates(v: &Value, what: &str, ranked: bool) -> Result<Vec<Candidate>, Eng
         });
     }
     Ok(out)
+}
+
+/// Ranked candidates from a typed top position (every triple has an id).
+fn typed_candidates(row: Option<&[parse::Triple]>) -> Vec<Candidate> {
+    row.unwrap_or_default()
+        .iter()
+        .enumerate()
+        .map(|(j, &(logprob, id))| Candidate {
+            token_id: id.unwrap_or_default(),
+            logprob: logprob.unwrap_or(f64::NEG_INFINITY),
+            rank: u32::try_from(j + 1).ok(),
+        })
+        .collect()
 }
 
 /// Prompt top candidates from the flat forms (`return_flat_raw_top_logprobs[_b64]`), one row per

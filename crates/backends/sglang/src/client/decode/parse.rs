@@ -11,9 +11,9 @@
 
 use std::fmt;
 
-use serde::Deserialize;
 use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, de};
 use serde_json::value::RawValue;
 use serde_json::{Map, Number, Value};
 
@@ -25,13 +25,34 @@ const OUTPUT_LISTS: &[&str] = &[
     "output_token_sampling_mask",
 ];
 
+/// A logprob triple `[logprob|null, id|null, …]` read straight into numbers.
+pub(super) type Triple = (Option<f64>, Option<u32>);
+
+/// Output logprob lists read without building [`Value`]s, for the entries the decoder reads (the
+/// `Value` lists then hold `null` there). `None` when absent or not in the simple shape (the
+/// decoder then reads the `Value`s, errors included).
+#[derive(Debug, Default)]
+pub(super) struct Typed {
+    /// `output_token_logprobs`.
+    pub lp: Option<Vec<Triple>>,
+    /// `output_top_logprobs`: one list of candidates (all with an id) or `null` per position.
+    pub top: Option<Vec<Option<Vec<Triple>>>>,
+}
+
+/// Which typed list a seed reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum TypedKey {
+    Lp,
+    Top,
+}
+
 /// Parse one frame. `delivered`: output ids delivered before it; `incremental`: its `output_ids`
 /// carry only new ids. Returns the frame and how many leading `output_ids` were left out of it.
 pub(super) fn frame(
     data: &[u8],
     delivered: usize,
     incremental: bool,
-) -> Result<(Value, usize), serde_json::Error> {
+) -> Result<(Value, usize, Typed), serde_json::Error> {
     let mut de = serde_json::Deserializer::from_slice(data);
     let node = Seed {
         kind: Kind::Top,
@@ -39,6 +60,7 @@ pub(super) fn frame(
         skip: 0,
         incremental,
         ids: false,
+        typed: None,
     }
     .deserialize(&mut de)?;
     de.end()?;
@@ -56,7 +78,9 @@ pub(super) fn frame(
     } else {
         ids_len.saturating_sub(delivered)
     };
-    Ok((node.into_value(delivered + new, new)?, skipped))
+    let mut typed = Typed::default();
+    let value = node.into_value(delivered + new, new, &mut typed)?;
+    Ok((value, skipped, typed))
 }
 
 /// What is being parsed.
@@ -81,6 +105,12 @@ enum Node<'a> {
         prefix: Vec<&'a RawValue>,
         rest: Vec<Value>,
     },
+    /// A logprob list that may be read typed: the unparsed prefix and rest.
+    Typed {
+        prefix: Vec<&'a RawValue>,
+        rest: Vec<&'a RawValue>,
+        key: TypedKey,
+    },
     /// Cumulative `output_ids`: the number of leading ids skipped (only lexed), then the rest.
     Ids {
         skipped: usize,
@@ -94,20 +124,72 @@ impl Node<'_> {
             Node::Value(Value::Array(a)) => a.len(),
             Node::List { prefix, rest } => prefix.len() + rest.len(),
             Node::Ids { skipped, rest } => skipped + rest.len(),
+            Node::Typed { prefix, rest, .. } => prefix.len() + rest.len(),
             _ => 0,
         }
     }
 
     /// The plain value. `full`: the length of a list in full form; `new`: in sliced form.
-    fn into_value(self, full: usize, new: usize) -> Result<Value, serde_json::Error> {
+    /// `typed` receives the typed lists (the latest occurrence of a key wins, as in the map).
+    fn into_value(
+        self,
+        full: usize,
+        new: usize,
+        typed: &mut Typed,
+    ) -> Result<Value, serde_json::Error> {
         Ok(match self {
             Node::Value(v) => v,
             Node::Map(entries) => {
                 let mut map = Map::with_capacity(entries.len());
                 for (k, v) in entries {
-                    map.insert(k, v.into_value(full, new)?);
+                    if k == "meta_info" {
+                        // A later `meta_info` replaces an earlier one whole.
+                        *typed = Typed::default();
+                    }
+                    map.insert(k, v.into_value(full, new, typed)?);
                 }
                 Value::Object(map)
+            }
+            Node::Typed { prefix, rest, key } => {
+                let len = prefix.len() + rest.len();
+                match key {
+                    TypedKey::Lp => typed.lp = None,
+                    TypedKey::Top => typed.top = None,
+                }
+                // The decoder reads exactly `rest` when the list is the slice with nothing
+                // before it, or the full list.
+                let reads_rest = (len == new && prefix.is_empty()) || (len == full && len != new);
+                if reads_rest {
+                    let done = match key {
+                        TypedKey::Lp => rest
+                            .iter()
+                            .map(|r| serde_json::from_str::<TypedTriple>(r.get()).map(|t| t.0))
+                            .collect::<Result<Vec<_>, _>>()
+                            .map(|v| typed.lp = Some(v))
+                            .is_ok(),
+                        TypedKey::Top => rest
+                            .iter()
+                            .map(|r| serde_json::from_str::<TypedTop>(r.get()).map(|t| t.0))
+                            .collect::<Result<Vec<_>, _>>()
+                            .map(|v| typed.top = Some(v))
+                            .is_ok(),
+                    };
+                    if done {
+                        return Ok(Value::Array(vec![Value::Null; len]));
+                    }
+                }
+                let mut out = Vec::with_capacity(len);
+                if len == new && len != full {
+                    for raw in prefix {
+                        out.push(serde_json::from_str(raw.get())?);
+                    }
+                } else {
+                    out.resize(prefix.len(), Value::Null);
+                }
+                for raw in rest {
+                    out.push(serde_json::from_str(raw.get())?);
+                }
+                Value::Array(out)
             }
             // The caller accounts for the skipped ids.
             Node::Ids { rest, .. } => Value::Array(rest),
@@ -129,6 +211,45 @@ impl Node<'_> {
     }
 }
 
+/// A triple in the simple shape: an array whose first entry is a number or `null` and whose
+/// second is a `u32` or `null` (the rest is ignored). Anything else fails.
+struct TypedTriple(Triple);
+
+impl<'de> Deserialize<'de> for TypedTriple {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = TypedTriple;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a logprob triple")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<TypedTriple, A::Error> {
+                let logprob = seq.next_element::<Option<f64>>()?.flatten();
+                let id = seq.next_element::<Option<u32>>()?.flatten();
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(TypedTriple((logprob, id)))
+            }
+        }
+        d.deserialize_seq(V)
+    }
+}
+
+/// A top-candidate position: `null` or a list of simple triples that all have an id.
+struct TypedTop(Option<Vec<Triple>>);
+
+impl<'de> Deserialize<'de> for TypedTop {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let list = Option::<Vec<TypedTriple>>::deserialize(d)?;
+        let Some(list) = list else {
+            return Ok(TypedTop(None));
+        };
+        if list.iter().any(|t| t.0.1.is_none()) {
+            return Err(de::Error::custom("a candidate without an id"));
+        }
+        Ok(TypedTop(Some(list.into_iter().map(|t| t.0).collect())))
+    }
+}
+
 #[derive(Clone, Copy)]
 struct Seed {
     kind: Kind,
@@ -138,10 +259,17 @@ struct Seed {
     incremental: bool,
     /// The seed is for `output_ids`.
     ids: bool,
+    /// The seed is for a list that may be read typed.
+    typed: Option<TypedKey>,
 }
 
 impl Seed {
     fn child(self, key: &str) -> Self {
+        let typed = match (self.kind, key) {
+            (Kind::Meta, "output_token_logprobs") => Some(TypedKey::Lp),
+            (Kind::Meta, "output_top_logprobs") => Some(TypedKey::Top),
+            _ => None,
+        };
         let (kind, skip, ids) = match (self.kind, key) {
             (Kind::Top, "output_ids") => (
                 Kind::List,
@@ -156,6 +284,7 @@ impl Seed {
             kind,
             skip,
             ids,
+            typed,
             ..self
         }
     }
@@ -218,6 +347,18 @@ impl<'de> Visitor<'de> for Seed {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        if let (Kind::List, Some(key)) = (self.kind, self.typed) {
+            let mut prefix = Vec::with_capacity(self.skip);
+            let mut rest = Vec::new();
+            while let Some(raw) = seq.next_element::<&'de RawValue>()? {
+                if prefix.len() < self.skip {
+                    prefix.push(raw);
+                } else {
+                    rest.push(raw);
+                }
+            }
+            return Ok(Node::Typed { prefix, rest, key });
+        }
         if self.kind != Kind::List || self.skip == 0 {
             return Value::deserialize(SeqAccessDeserializer::new(seq)).map(Node::Value);
         }
