@@ -57,7 +57,8 @@ def verdict(value, limit, smaller=True):
 
 def cmd(*args):
     try:
-        return subprocess.run(args, capture_output=True, text=True, timeout=10).stdout.strip()
+        r = subprocess.run(args, capture_output=True, text=True, timeout=10)
+        return (r.stdout.strip() or r.stderr.strip())
     except Exception:  # noqa: BLE001 - informational only
         return "?"
 
