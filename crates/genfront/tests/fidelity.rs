@@ -255,27 +255,29 @@ async fn differential(api: Api, through_sidecar: bool, n: usize, seed: u64) -> u
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sglang_through_genfront_equals_direct() {
+async fn sglang_2000_randomized_requests_through_genfront_equal_direct() {
     let n = differential(Api::Sglang, false, REQUESTS_PER_FORMAT, 7).await;
     eprintln!("sglang direct mode: {n} randomized requests identical through genfront");
     assert_eq!(n, REQUESTS_PER_FORMAT);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn vllm_through_genfront_equals_direct() {
+async fn vllm_2000_randomized_requests_through_genfront_equal_direct() {
     let n = differential(Api::Vllm, false, REQUESTS_PER_FORMAT, 11).await;
     eprintln!("vllm direct mode: {n} randomized requests identical through genfront");
     assert_eq!(n, REQUESTS_PER_FORMAT);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sglang_through_genfront_and_sidecar_equals_direct() {
+async fn sglang_300_randomized_requests_through_genfront_and_sidecar_equal_direct() {
     let n = differential(Api::Sglang, true, SIDECAR_REQUESTS, 13).await;
     eprintln!("sglang via sidecar: {n} randomized requests identical through genfront + sidecar");
+    assert_eq!(n, SIDECAR_REQUESTS);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn vllm_through_genfront_and_sidecar_equals_direct() {
+async fn vllm_300_randomized_requests_through_genfront_and_sidecar_equal_direct() {
     let n = differential(Api::Vllm, true, SIDECAR_REQUESTS, 17).await;
     eprintln!("vllm via sidecar: {n} randomized requests identical through genfront + sidecar");
+    assert_eq!(n, SIDECAR_REQUESTS);
 }
