@@ -15,6 +15,7 @@
 
 mod catalog;
 mod error;
+pub mod pyrepr;
 
 use bytes::Bytes;
 pub use catalog::{

@@ -2,88 +2,14 @@
 //!
 //! vLLM builds its error messages with f-strings (`str(value)`) and pydantic's error dicts with
 //! `repr(...)`, so a float is `3.0` (not `3`), `None`/`True` are capitalised and strings are quoted
-//! with `'`. These helpers reproduce that text for JSON values.
+//! with `'`. These helpers reproduce that text for JSON values; the primitives (float, string,
+//! number and list `repr`) are shared with the other formats in [`genfront_format::pyrepr`].
 
-use std::fmt::Write as _;
-
+pub(crate) use genfront_format::pyrepr::{
+    float_repr as py_float, int_list_repr as py_int_list, number_repr as py_number,
+    str_repr as py_str,
+};
 use serde_json::{Map, Value};
-
-/// Python `repr(float)` / `str(float)`: shortest round-trip digits, positional for exponents in
-/// `-4..16`, otherwise `1e+16` / `1.5e-07`.
-pub(crate) fn py_float(x: f64) -> String {
-    if x.is_nan() {
-        return "nan".to_owned();
-    }
-    if x.is_infinite() {
-        return if x > 0.0 { "inf" } else { "-inf" }.to_owned();
-    }
-    if x == 0.0 {
-        return if x.is_sign_negative() { "-0.0" } else { "0.0" }.to_owned();
-    }
-    let sci = format!("{x:e}");
-    let (mantissa, exp) = sci.split_once('e').unwrap_or((sci.as_str(), "0"));
-    let exp: i64 = exp.parse().unwrap_or(0);
-    let (neg, mantissa) = match mantissa.strip_prefix('-') {
-        Some(m) => (true, m),
-        None => (false, mantissa),
-    };
-    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
-    let mut out = String::new();
-    if neg {
-        out.push('-');
-    }
-    if (-4..16).contains(&exp) {
-        if exp >= 0 {
-            let int_len = (exp + 1) as usize;
-            if digits.len() <= int_len {
-                out.push_str(&digits);
-                out.extend(std::iter::repeat_n('0', int_len - digits.len()));
-                out.push_str(".0");
-            } else {
-                out.push_str(&digits[..int_len]);
-                out.push('.');
-                out.push_str(&digits[int_len..]);
-            }
-        } else {
-            out.push_str("0.");
-            out.extend(std::iter::repeat_n('0', (-exp - 1) as usize));
-            out.push_str(&digits);
-        }
-    } else {
-        out.push_str(mantissa);
-        let _ = write!(out, "e{}{:02}", if exp < 0 { '-' } else { '+' }, exp.abs());
-    }
-    out
-}
-
-/// Python `repr(str)`.
-pub(crate) fn py_str(s: &str) -> String {
-    let quote = if s.contains('\'') && !s.contains('"') {
-        '"'
-    } else {
-        '\''
-    };
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push(quote);
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c == quote => {
-                out.push('\\');
-                out.push(c);
-            }
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                let _ = write!(out, "\\x{:02x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push(quote);
-    out
-}
 
 /// Something whose Python `repr()` can be quoted in a pydantic error dict.
 pub(crate) trait PyRepr {
@@ -160,28 +86,4 @@ fn write_map(map: &Map<String, Value>, out: &mut String, budget: usize) {
         }
     }
     out.push('}');
-}
-
-/// Python text of a JSON number (`json.loads` makes integers `int` and everything else `float`).
-pub(crate) fn py_number(n: &serde_json::Number) -> String {
-    if let Some(i) = n.as_i64() {
-        i.to_string()
-    } else if let Some(u) = n.as_u64() {
-        u.to_string()
-    } else {
-        py_float(n.as_f64().unwrap_or(f64::NAN))
-    }
-}
-
-/// Python `str(list[int])`.
-pub(crate) fn py_int_list<T: std::fmt::Display>(items: &[T]) -> String {
-    let mut out = String::from("[");
-    for (i, item) in items.iter().enumerate() {
-        if i > 0 {
-            out.push_str(", ");
-        }
-        let _ = write!(out, "{item}");
-    }
-    out.push(']');
-    out
 }
