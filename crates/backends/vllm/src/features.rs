@@ -82,14 +82,17 @@ pub(crate) fn parse(v: &Value, issues: &mut Vec<Issue>) -> Option<Features> {
     Some(features)
 }
 
-/// `dict[str, list[str]]` (or `list[str | None]` when `nullable_items`): per modality, whether
-/// each item is a string.
-fn modality_lists(
-    v: &Value,
+/// One modality of a `features` field: its name, location and items.
+type ModalityItems<'a> = (&'a String, Vec<Loc>, &'a [Value]);
+
+/// The `dict[str, list[...]]` shape every `features` field has: each modality with its location
+/// and items. pydantic's `dict_type` / `list_type` issues are recorded for what does not fit (a
+/// non-list modality is skipped; a non-dict value gives `None`).
+fn dict_of_lists<'a>(
+    v: &'a Value,
     base: &[Loc],
     issues: &mut Vec<Issue>,
-    nullable_items: bool,
-) -> Option<ItemPresence> {
+) -> Option<Vec<ModalityItems<'a>>> {
     let Some(m) = v.as_object() else {
         issues.push(Issue::new(
             "dict_type",
@@ -102,15 +105,30 @@ fn modality_lists(
     let mut out = Vec::with_capacity(m.len());
     for (modality, items) in m {
         let l = child(base, modality.as_str());
-        let Some(items) = items.as_array() else {
-            issues.push(Issue::new(
+        match items.as_array() {
+            Some(items) => out.push((modality, l, items.as_slice())),
+            None => issues.push(Issue::new(
                 "list_type",
                 l,
                 "Input should be a valid list",
                 items,
-            ));
-            continue;
-        };
+            )),
+        }
+    }
+    Some(out)
+}
+
+/// `dict[str, list[str]]` (or `list[str | None]` when `nullable_items`): per modality, whether
+/// each item is a string.
+fn modality_lists(
+    v: &Value,
+    base: &[Loc],
+    issues: &mut Vec<Issue>,
+    nullable_items: bool,
+) -> Option<ItemPresence> {
+    let lists = dict_of_lists(v, base, issues)?;
+    let mut out = Vec::with_capacity(lists.len());
+    for (modality, l, items) in lists {
         let mut present = Vec::with_capacity(items.len());
         for (i, item) in items.iter().enumerate() {
             match item {
@@ -132,27 +150,9 @@ fn modality_lists(
 type Ranges = Vec<(String, Vec<(i128, i128)>)>;
 
 fn parse_placeholders(v: &Value, base: &[Loc], issues: &mut Vec<Issue>) -> Option<Ranges> {
-    let Some(m) = v.as_object() else {
-        issues.push(Issue::new(
-            "dict_type",
-            base.to_vec(),
-            "Input should be a valid dictionary",
-            v,
-        ));
-        return None;
-    };
-    let mut out = Vec::with_capacity(m.len());
-    for (modality, items) in m {
-        let l = child(base, modality.as_str());
-        let Some(items) = items.as_array() else {
-            issues.push(Issue::new(
-                "list_type",
-                l,
-                "Input should be a valid list",
-                items,
-            ));
-            continue;
-        };
+    let lists = dict_of_lists(v, base, issues)?;
+    let mut out = Vec::with_capacity(lists.len());
+    for (modality, l, items) in lists {
         let mut ranges = Vec::with_capacity(items.len());
         for (i, item) in items.iter().enumerate() {
             let il = child(&l, i);
