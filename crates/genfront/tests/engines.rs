@@ -76,6 +76,16 @@ fn path(api: Api) -> &'static str {
     }
 }
 
+/// POST `body` to genfront at `url` on `api`'s generate path.
+async fn post(client: &reqwest::Client, url: &str, api: Api, body: &Value) -> reqwest::Response {
+    client
+        .post(format!("{url}{}", path(api)))
+        .json(body)
+        .send()
+        .await
+        .expect("sent")
+}
+
 fn body(api: Api, stream: bool, tokens: u32) -> Value {
     match api {
         Api::Sglang => json!({"rid": "client-rid", "input_ids": [1, 2, 3], "stream": stream,
@@ -92,12 +102,7 @@ async fn unary_and_sse_through_both_paths_for_both_formats() {
         for via_sidecar in [false, true] {
             let m = spawn(&args(api, &[], false)).await.expect("mock");
             let url = front(api, &m, via_sidecar).await;
-            let r = client
-                .post(format!("{url}{}", path(api)))
-                .json(&body(api, false, 4))
-                .send()
-                .await
-                .expect("sent");
+            let r = post(&client, &url, api, &body(api, false, 4)).await;
             assert_eq!(r.status().as_u16(), 200, "{api:?} sidecar={via_sidecar}");
             let v: Value = r.json().await.expect("json");
             let ids = match api {
@@ -105,12 +110,8 @@ async fn unary_and_sse_through_both_paths_for_both_formats() {
                 Api::Vllm => v["choices"][0]["token_ids"].clone(),
             };
             assert_eq!(ids.as_array().map(Vec::len), Some(4), "{v}");
-            let text = client
-                .post(format!("{url}{}", path(api)))
-                .json(&body(api, true, 4))
-                .send()
+            let text = post(&client, &url, api, &body(api, true, 4))
                 .await
-                .expect("sent")
                 .text()
                 .await
                 .expect("body");
@@ -132,19 +133,9 @@ async fn faults_give_the_documented_client_visible_result() {
             .await
             .expect("mock");
         let url = front(api, &m, false).await;
-        let r = client
-            .post(format!("{url}{}", path(api)))
-            .json(&body(api, false, 3))
-            .send()
-            .await
-            .expect("sent");
+        let r = post(&client, &url, api, &body(api, false, 3)).await;
         assert_eq!(r.status().as_u16(), 503, "{api:?}");
-        let r = client
-            .post(format!("{url}{}", path(api)))
-            .json(&body(api, false, 3))
-            .send()
-            .await
-            .expect("sent");
+        let r = post(&client, &url, api, &body(api, false, 3)).await;
         assert_eq!(
             r.status().as_u16(),
             200,
@@ -156,24 +147,15 @@ async fn faults_give_the_documented_client_visible_result() {
             .await
             .expect("mock");
         let url = front(api, &m, false).await;
-        let r = client
-            .post(format!("{url}{}", path(api)))
-            .json(&body(api, false, 3))
-            .send()
-            .await
-            .expect("sent");
+        let r = post(&client, &url, api, &body(api, false, 3)).await;
         assert_eq!(r.status().as_u16(), 400, "{api:?}");
         assert!(r.text().await.expect("body").contains("upstream says no"));
 
         // Connection dropped after 2 tokens (stream) → error event + [DONE], never a hang.
         let m = spawn(&args(api, &["drop@1:2"], false)).await.expect("mock");
         let url = front(api, &m, false).await;
-        let text = client
-            .post(format!("{url}{}", path(api)))
-            .json(&body(api, true, 8))
-            .send()
+        let text = post(&client, &url, api, &body(api, true, 8))
             .await
-            .expect("sent")
             .text()
             .await
             .expect("body");
@@ -192,12 +174,8 @@ async fn faults_give_the_documented_client_visible_result() {
             .await
             .expect("mock");
         let url = front(api, &m, false).await;
-        let text = client
-            .post(format!("{url}{}", path(api)))
-            .json(&body(api, true, 8))
-            .send()
+        let text = post(&client, &url, api, &body(api, true, 8))
             .await
-            .expect("sent")
             .text()
             .await
             .expect("body");
@@ -213,12 +191,7 @@ async fn faults_give_the_documented_client_visible_result() {
             .await
             .expect("mock");
         let url = front(api, &m, false).await;
-        let r = client
-            .post(format!("{url}{}", path(api)))
-            .json(&body(api, false, 3))
-            .send()
-            .await
-            .expect("sent");
+        let r = post(&client, &url, api, &body(api, false, 3)).await;
         assert!(r.status().is_server_error(), "{api:?}");
         assert!(!r.text().await.expect("body").contains("SECRET-detail"));
     }
@@ -251,12 +224,7 @@ async fn disconnects_reach_the_engine_as_native_aborts() {
         for via_sidecar in [false, true] {
             let m = spawn(&args(api, &[], true)).await.expect("mock");
             let url = front(api, &m, via_sidecar).await;
-            let resp = client
-                .post(format!("{url}{}", path(api)))
-                .json(&body(api, true, 5000))
-                .send()
-                .await
-                .expect("sent");
+            let resp = post(&client, &url, api, &body(api, true, 5000)).await;
             let mut stream = resp.bytes_stream();
             let _ = stream.next().await;
             drop(stream);
