@@ -108,15 +108,7 @@ async fn unary_clients_that_disconnect_abort_their_engine_requests() {
     }
     assert!(wait_for(|| s.running() == 0, Duration::from_secs(2)).await);
     assert_eq!(s.aborted(), n as u64);
-    let m = s
-        .client
-        .get(s.url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let m = s.get_text("/metrics").await;
     assert!(
         m.contains("genfront_client_disconnects_total{format=\"sglang\"} 8"),
         "{m}"
@@ -581,26 +573,10 @@ async fn health_ready_and_model_info() {
         let r = s.client.get(s.url(p)).send().await.expect("sent");
         assert_eq!(r.status().as_u16(), 200, "{p}");
     }
-    let v: Value = s
-        .client
-        .get(s.url("/get_model_info"))
-        .send()
-        .await
-        .expect("sent")
-        .json()
-        .await
-        .expect("json");
+    let v: Value = s.get_json("/get_model_info").await;
     assert_eq!(v["model_path"], "genfront-mock");
     assert_eq!(v["is_generation"], true);
-    let v: Value = s
-        .client
-        .get(s.url("/v1/models"))
-        .send()
-        .await
-        .expect("sent")
-        .json()
-        .await
-        .expect("json");
+    let v: Value = s.get_json("/v1/models").await;
     assert_eq!(v["object"], "list");
     assert_eq!(v["data"][0]["id"], "genfront-mock");
 }
@@ -683,15 +659,7 @@ async fn a_slow_client_backpressures_the_engine_instead_of_buffering() {
     assert_eq!(resp.status().as_u16(), 200);
     // Read nothing for a while: a zero-delay engine could produce millions of tokens meanwhile.
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let m = s
-        .client
-        .get(s.url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let m = s.get_text("/metrics").await;
     let produced = sample(&m, "genfront_output_tokens_total", &[("format", "vllm")]).unwrap_or(0.0);
     eprintln!("tokens pulled from the engine while the client read nothing: {produced}");
     // Only what fits in the socket buffers was pulled from the engine.

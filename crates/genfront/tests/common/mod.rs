@@ -49,6 +49,28 @@ impl TestServer {
         (status, v)
     }
 
+    pub async fn get_json(&self, path: &str) -> Value {
+        self.client
+            .get(self.url(path))
+            .send()
+            .await
+            .expect("sent")
+            .json()
+            .await
+            .expect("json")
+    }
+
+    pub async fn get_text(&self, path: &str) -> String {
+        self.client
+            .get(self.url(path))
+            .send()
+            .await
+            .expect("sent")
+            .text()
+            .await
+            .expect("text")
+    }
+
     pub fn running(&self) -> u64 {
         self.engines.iter().map(|e| e.running()).sum()
     }
