@@ -7,27 +7,32 @@
 //!   frame ([`SseSplitter`] → [`FrameDecoder`]) into [`EngineOutput`] deltas.
 //! - Cancellation: firing the token, or dropping the stream before its terminal frame, sends
 //!   `POST /abort_request {"rid": <dispatch id>, "abort_all": false}` (see `stream.rs`).
+//! - [`Engine::probe`] is one `GET /health`; there is no background health loop (routers probe
+//!   and own worker state), and [`Engine::ready`] is always true.
 //!
-//! Request bodies are built in `body.rs`, HTTP failures mapped in `errors.rs`, frames decoded in
-//! `decode.rs`.
+//! The HTTP transport (client, SSE splitting, upstream status → [`EngineError`], probes,
+//! abort-on-drop, cancel grace) is `genfront-engine-http`'s; this module keeps what is SGLang's:
+//! request bodies (`body.rs`), frame decoding (`decode.rs`), the abort body and the stream state
+//! machine (`stream.rs`) and the facts discovery (here).
 
 mod body;
 mod decode;
-mod errors;
-mod sse;
 mod stream;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use genfront_protocol::{Engine, EngineError, EngineInfo, EngineRequest, OutputStream};
+use genfront_engine_http::ClientOptions;
+use genfront_protocol::{
+    Engine, EngineError, EngineInfo, EngineRequest, ErrorKind, OutputStream, ProbeFuture,
+};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 pub use decode::{DecodeConfig, FrameDecoder};
-pub use errors::CLOSED_EARLY;
-pub use sse::{EventTooLarge, MAX_EVENT_BYTES, SseSplitter};
+pub use genfront_engine_http::{EventTooLarge, MAX_EVENT_BYTES, SseSplitter};
+pub use stream::CLOSED_EARLY;
 
 #[cfg(doc)]
 use genfront_protocol::EngineOutput;
@@ -81,9 +86,8 @@ pub struct SglangEngineOptions {
     pub drain_timeout: Duration,
     /// Timeout of one `POST /abort_request`. Default 5 s.
     pub abort_timeout: Duration,
-    /// Period of the background `GET /health` probe behind [`Engine::ready`]; `None` disables it
-    /// (readiness then follows request outcomes only). Default 5 s.
-    pub health_interval: Option<Duration>,
+    /// SGLang `--api-key`, sent as `Authorization: Bearer …` on every call. Default none.
+    pub api_key: Option<String>,
 }
 
 impl Default for SglangEngineOptions {
@@ -103,40 +107,29 @@ impl Default for SglangEngineOptions {
             cancel_grace: Duration::from_secs(2),
             drain_timeout: Duration::from_millis(100),
             abort_timeout: Duration::from_secs(5),
-            health_interval: Some(Duration::from_secs(5)),
+            api_key: None,
         }
     }
 }
 
-/// State shared by the engine handle, its streams and its background probe.
+/// State shared by the engine handle and its streams.
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub http: reqwest::Client,
     pub generate_url: String,
-    pub abort_url: String,
+    pub abort_url: Arc<str>,
     pub health_url: String,
     pub info: EngineInfo,
     pub incremental: bool,
     pub opts: SglangEngineOptions,
-    pub ready: AtomicBool,
-    pub aborts_sent: AtomicU64,
-}
-
-impl Inner {
-    pub(crate) fn set_ready(&self, ready: bool) {
-        self.ready.store(ready, Ordering::Relaxed);
-    }
+    pub aborts_sent: Arc<AtomicU64>,
 }
 
 /// A client for one SGLang server, usable as a genfront [`Engine`].
 ///
 /// Cheap to share behind an `Arc`; every request gets its own HTTP stream on a pooled connection.
-/// Readiness ([`Engine::ready`]) is a cached flag: set by every request outcome (a response →
-/// ready; a connect failure or 502/503/504 → not ready) and, unless disabled, by a background
-/// `GET /health` every [`SglangEngineOptions::health_interval`] (200 → ready; an error status or
-/// connect failure → not ready; a timeout leaves it as it was, since SGLang's `/health` may run a
-/// generation probe that a long prefill delays). The probe holds only a weak reference and stops
-/// once the engine and its streams are dropped.
+/// Health is [`Engine::probe`] (`GET /health`, 2xx → healthy), called by whoever owns worker
+/// state (the router); [`Engine::ready`] is always true.
 #[derive(Debug, Clone)]
 pub struct SglangEngine {
     inner: Arc<Inner>,
@@ -145,22 +138,24 @@ pub struct SglangEngine {
 impl SglangEngine {
     /// Connect to the SGLang server at `base_url` (`http://host:port`) and learn its facts:
     /// streaming mode (`incremental_streaming_output`, older `stream_output`), context length,
-    /// model path, `skip_tokenizer_init`-independent limits. Starts the health probe (needs a
-    /// Tokio runtime, which an `async` caller has).
+    /// model path, `skip_tokenizer_init`-independent limits.
     ///
     /// # Errors
     /// [`EngineError`] `Unavailable` when the server cannot be reached or answers 502/503/504
-    /// (e.g. still starting); `Internal` for other failures or answers that are not JSON.
+    /// (e.g. still starting); `InvalidArgument` for an API key that is not a header value;
+    /// `Internal` for other failures or answers that are not JSON.
     pub async fn connect(
         base_url: &str,
         options: SglangEngineOptions,
     ) -> Result<Self, EngineError> {
         let base = base_url.trim_end_matches('/').to_owned();
-        let http = reqwest::Client::builder()
-            .connect_timeout(options.connect_timeout)
-            .tcp_nodelay(true)
-            .build()
-            .map_err(|e| EngineError::internal(format!("cannot build the HTTP client: {e}")))?;
+        let http = genfront_engine_http::build_client(
+            "SGLang",
+            &ClientOptions {
+                connect_timeout: options.connect_timeout,
+                api_key: options.api_key.clone(),
+            },
+        )?;
         let timeout = options.info_timeout;
         let server = get_json(&http, &base, &["/get_server_info", "/server_info"], timeout).await?;
         let model_info = get_json(&http, &base, &["/get_model_info", "/model_info"], timeout).await;
@@ -223,17 +218,13 @@ impl SglangEngine {
         let inner = Arc::new(Inner {
             http,
             generate_url: format!("{base}/generate"),
-            abort_url: format!("{base}/abort_request"),
+            abort_url: Arc::from(format!("{base}/abort_request")),
             health_url: format!("{base}/health"),
             info,
             incremental,
             opts: options,
-            ready: AtomicBool::new(true),
-            aborts_sent: AtomicU64::new(0),
+            aborts_sent: Arc::new(AtomicU64::new(0)),
         });
-        if let Some(every) = inner.opts.health_interval {
-            spawn_health(&inner, every);
-        }
         Ok(Self { inner })
     }
 
@@ -259,8 +250,14 @@ impl Engine for SglangEngine {
         &self.inner.info
     }
 
-    fn ready(&self) -> bool {
-        self.inner.ready.load(Ordering::Relaxed)
+    /// `GET /health` within `timeout` (SGLang's `/health` may run a one-token generation, so a
+    /// long prefill can delay it: give it a few seconds).
+    fn probe(&self, timeout: Duration) -> ProbeFuture<'_> {
+        Box::pin(genfront_engine_http::probe(
+            &self.inner.http,
+            &self.inner.health_url,
+            timeout,
+        ))
     }
 
     /// One `POST /generate` per choice (`sampling.n` of them, rids `<id>-<i>` when `n > 1`). An
@@ -280,26 +277,30 @@ async fn get_json(
     timeout: Duration,
 ) -> Result<Map<String, Value>, EngineError> {
     for path in paths {
+        let what = format!("SGLang {path}");
         let resp = http
             .get(format!("{base}{path}"))
             .timeout(timeout)
             .send()
             .await
-            .map_err(|e| EngineError::unavailable(format!("SGLang {path} failed: {e}")))?;
+            .map_err(|e| genfront_engine_http::send_error(&what, &e))?;
         let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
         let bytes = resp
             .bytes()
             .await
-            .map_err(|e| EngineError::unavailable(format!("SGLang {path} failed: {e}")))?;
+            .map_err(|e| genfront_engine_http::send_error(&what, &e))?;
         if status == 404 || status == 405 {
+            // Not served by this SGLang version: try the next path.
             continue;
         }
         if !(200..300).contains(&status) {
-            let mut e = errors::http_error(status, &bytes);
-            if e.kind == genfront_protocol::ErrorKind::InvalidArgument {
-                e.kind = genfront_protocol::ErrorKind::Internal;
+            let mut e = genfront_engine_http::status_error("SGLang", status, &headers, &bytes);
+            if e.kind == ErrorKind::InvalidArgument {
+                // A 4xx here is genfront's fault, not a client's.
+                e.kind = ErrorKind::Internal;
             }
-            e.message = format!("SGLang {path}: {}", e.message);
+            e.message = format!("{what}: {}", e.message);
             return Err(e);
         }
         return match serde_json::from_slice::<Value>(&bytes) {
@@ -313,36 +314,4 @@ async fn get_json(
         "SGLang at {base} answers none of {}",
         paths.join(", ")
     )))
-}
-
-/// The background `GET /health` probe (see [`SglangEngine`]).
-fn spawn_health(inner: &Arc<Inner>, every: Duration) {
-    let Ok(handle) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    let weak = Arc::downgrade(inner);
-    let http = inner.http.clone();
-    let url = inner.health_url.clone();
-    handle.spawn(async move {
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        tick.tick().await;
-        loop {
-            tick.tick().await;
-            if weak.strong_count() == 0 {
-                break;
-            }
-            let outcome = match http.get(&url).timeout(every).send().await {
-                Ok(r) => Some(r.status().is_success()),
-                Err(e) if e.is_timeout() => None,
-                Err(_) => Some(false),
-            };
-            let Some(inner) = weak.upgrade() else {
-                break;
-            };
-            if let Some(ok) = outcome {
-                inner.set_ready(ok);
-            }
-        }
-    });
 }

@@ -19,11 +19,12 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream, StreamExt};
+use genfront_engine_http::{AbortCall, CancelGrace, GraceWake, SseSplitter};
 use genfront_protocol::{
     EngineError, EngineOutput, EngineRequest, ErrorKind, FinishReason, OutputStream,
 };
@@ -34,8 +35,11 @@ use tokio_util::sync::CancellationToken;
 use super::Inner;
 use super::body::{self, Caps, Dispatch};
 use super::decode::{DecodeConfig, FrameDecoder};
-use super::errors::{self, CLOSED_EARLY};
-use super::sse::SseSplitter;
+
+/// SGLang's message for a stream that ended before its terminal frame (the Dynamo sidecar's
+/// wording, `spec/sglang-native.md` §9.4): `StreamIncomplete` for a body closed, or a `[DONE]`,
+/// before a terminal frame.
+pub const CLOSED_EARLY: &str = "SGLang /generate closed before a terminal response";
 
 type Item = Result<EngineOutput, EngineError>;
 
@@ -87,13 +91,16 @@ pub(crate) fn generate(
         Ok(d) => d,
         Err(e) => return Box::pin(stream::iter([Err(e)])),
     };
+    let call = AbortCall::new(
+        inner.http.clone(),
+        Arc::clone(&inner.abort_url),
+        &serde_json::json!({"rid": rid, "abort_all": false}),
+        inner.opts.abort_timeout,
+    )
+    .counted(Arc::clone(&inner.aborts_sent));
     let guard = Arc::new(AbortGuard {
-        inner: Arc::clone(&inner),
-        rid,
+        abort: genfront_engine_http::AbortGuard::new(call),
         open: AtomicUsize::new(dispatches.len()),
-        dispatched: AtomicBool::new(false),
-        fired: AtomicBool::new(false),
-        resent: AtomicBool::new(false),
     });
     let mut choices: Vec<BoxStream<'static, Item>> = dispatches
         .into_iter()
@@ -136,67 +143,33 @@ pub(crate) fn generate(
 
 // === impl AbortGuard ===
 
-/// Sends `POST /abort_request` for a request: on demand (cancel, errors) or, when dropped while
-/// a choice is still open, from `Drop`.
+/// The request's abort (`POST /abort_request {"rid": <dispatch id>, "abort_all": false}`), shared
+/// by its choices: armed when a choice is sent, disarmed when every choice delivered its terminal
+/// item; sent on demand (cancel, errors) or from `Drop` while armed (the transport's guard).
 #[derive(Debug)]
 struct AbortGuard {
-    inner: Arc<Inner>,
-    rid: String,
+    abort: genfront_engine_http::AbortGuard,
     /// Choices without a terminal item yet.
     open: AtomicUsize,
-    /// A `/generate` was sent (nothing to abort before that).
-    dispatched: AtomicBool,
-    /// The abort was sent.
-    fired: AtomicBool,
-    /// The abort was sent a second time.
-    resent: AtomicBool,
 }
 
 impl AbortGuard {
-    /// Send the abort, unless it was already sent.
-    fn fire(&self) {
-        if !self.fired.swap(true, Ordering::AcqRel) {
-            self.send();
-        }
-    }
-
-    /// Send the abort a second time (once): a token frame arrived after the first one.
-    fn fire_again(&self) {
-        if self.fired.load(Ordering::Acquire) && !self.resent.swap(true, Ordering::AcqRel) {
-            self.send();
-        }
-    }
-
-    /// A choice delivered its terminal item.
+    /// A choice delivered its terminal item; after the last one there is nothing to abort.
     fn choice_done(&self) {
-        let _ = self
+        let before = self
             .open
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
-    }
-
-    /// Fire-and-forget `POST /abort_request` on the current runtime.
-    fn send(&self) {
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let inner = &self.inner;
-        inner.aborts_sent.fetch_add(1, Ordering::Relaxed);
-        let req = inner
-            .http
-            .post(&inner.abort_url)
-            .timeout(inner.opts.abort_timeout)
-            .json(&serde_json::json!({"rid": self.rid, "abort_all": false}));
-        handle.spawn(async move {
-            let _ = req.send().await;
-        });
+        if before == Ok(1) {
+            self.abort.disarm();
+        }
     }
 }
 
-impl Drop for AbortGuard {
-    fn drop(&mut self) {
-        if self.open.load(Ordering::Acquire) > 0 && self.dispatched.load(Ordering::Acquire) {
-            self.fire();
-        }
+impl std::ops::Deref for AbortGuard {
+    type Target = genfront_engine_http::AbortGuard;
+
+    fn deref(&self) -> &Self::Target {
+        &self.abort
     }
 }
 
@@ -225,6 +198,15 @@ enum Wake {
     Chunk(Option<reqwest::Result<Bytes>>),
 }
 
+impl From<GraceWake> for Wake {
+    fn from(wake: GraceWake) -> Self {
+        match wake {
+            GraceWake::Cancelled => Wake::Cancel,
+            GraceWake::Expired => Wake::Deadline,
+        }
+    }
+}
+
 /// One choice: one SGLang request and its stream.
 struct Choice {
     inner: Arc<Inner>,
@@ -242,16 +224,8 @@ struct Choice {
     unary: Option<Vec<u8>>,
     phase: Phase,
     pending: VecDeque<Item>,
-    /// Set when `cancel` was seen after sending: the end of the grace period.
-    deadline: Option<Instant>,
-}
-
-/// Sleep until `deadline`, or forever.
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
-        None => std::future::pending().await,
-    }
+    /// Started when `cancel` was seen after sending.
+    grace: CancelGrace,
 }
 
 impl Choice {
@@ -262,6 +236,7 @@ impl Choice {
         dispatch: Dispatch,
         cfg: DecodeConfig,
     ) -> Self {
+        let grace = CancelGrace::new(inner.opts.cancel_grace);
         Self {
             inner,
             guard,
@@ -274,7 +249,7 @@ impl Choice {
             unary: dispatch.unary.then(Vec::new),
             phase: Phase::Start,
             pending: VecDeque::new(),
-            deadline: None,
+            grace,
         }
     }
 
@@ -318,25 +293,30 @@ impl Choice {
                         .header(ACCEPT, accept)
                         .header(CONTENT_TYPE, "application/json")
                         .body(self.body.clone());
-                    self.guard.dispatched.store(true, Ordering::Release);
+                    self.guard.arm();
                     self.phase = Phase::Sending(Box::pin(req.send()));
                     continue;
                 }
                 Phase::Sending(fut) => tokio::select! {
                     biased;
-                    () = self.cancel.cancelled(), if self.deadline.is_none() => Wake::Cancel,
-                    () = sleep_until(self.deadline) => Wake::Deadline,
+                    w = self.grace.wait(&self.cancel) => w.into(),
                     r = fut => Wake::Response(r),
                 },
                 Phase::Reading(body) => {
-                    if let Some(event) = self.splitter.next_event() {
-                        self.on_event(&event);
-                        continue;
+                    match self.splitter.next_event() {
+                        Ok(Some(event)) => {
+                            self.on_event(&event);
+                            continue;
+                        }
+                        Ok(None) => {}
+                        Err(too_large) => {
+                            self.too_large(too_large);
+                            continue;
+                        }
                     }
                     tokio::select! {
                         biased;
-                        () = self.cancel.cancelled(), if self.deadline.is_none() => Wake::Cancel,
-                        () = sleep_until(self.deadline) => Wake::Deadline,
+                        w = self.grace.wait(&self.cancel) => w.into(),
                         c = body.next() => Wake::Chunk(c),
                     }
                 }
@@ -354,12 +334,12 @@ impl Choice {
             match wake {
                 Wake::Cancel => {
                     self.guard.fire();
-                    self.deadline = Some(Instant::now() + self.inner.opts.cancel_grace);
+                    self.grace.start();
                 }
                 Wake::Deadline => self.end_cancelled(),
                 Wake::Response(Ok(resp)) => self.on_response(resp).await,
                 Wake::Response(Err(e)) => {
-                    if e.is_connect() && self.deadline.is_none() && local_exhaustion(&e) {
+                    if e.is_connect() && !self.grace.started() && local_exhaustion(&e) {
                         let now = Instant::now();
                         let until = *self.retry_until.get_or_insert(now + EXHAUSTED_RETRY_BUDGET);
                         if now < until {
@@ -372,13 +352,11 @@ impl Choice {
                             continue;
                         }
                     }
-                    if e.is_connect() {
-                        self.inner.set_ready(false);
-                    } else {
+                    if !e.is_connect() {
                         // The request may have reached the server.
                         self.guard.fire();
                     }
-                    self.fail(errors::send_error(&e));
+                    self.fail(genfront_engine_http::send_error("SGLang /generate", &e));
                 }
                 Wake::Chunk(Some(Ok(bytes))) if self.unary.is_some() => {
                     let body = self.unary.get_or_insert_with(Vec::new);
@@ -406,14 +384,7 @@ impl Choice {
                         }
                     }
                 }
-                Wake::Chunk(Some(Ok(bytes))) => {
-                    if self.splitter.push(&bytes).is_err() {
-                        self.guard.fire();
-                        self.fail(EngineError::internal(
-                            "SGLang sent an SSE event larger than the client accepts",
-                        ));
-                    }
-                }
+                Wake::Chunk(Some(Ok(bytes))) => self.splitter.push(&bytes),
                 Wake::Chunk(Some(Err(e))) => {
                     self.guard.fire();
                     self.fail(EngineError::new(
@@ -423,8 +394,18 @@ impl Choice {
                 }
                 Wake::Chunk(None) => {
                     // End of body: a last event may lack its closing blank line.
-                    if let Some(event) = self.splitter.finish() {
-                        self.on_event(&event);
+                    loop {
+                        match self.splitter.finish() {
+                            Ok(Some(event)) => self.on_event(&event),
+                            Ok(None) => break,
+                            Err(too_large) => {
+                                self.too_large(too_large);
+                                break;
+                            }
+                        }
+                        if !matches!(self.phase, Phase::Reading(_)) {
+                            break;
+                        }
                     }
                     if matches!(self.phase, Phase::Reading(_)) {
                         self.fail(EngineError::new(ErrorKind::StreamIncomplete, CLOSED_EARLY));
@@ -436,18 +417,20 @@ impl Choice {
 
     /// Response headers arrived.
     async fn on_response(&mut self, resp: reqwest::Response) {
-        let status = resp.status();
-        if status.is_success() {
-            self.inner.set_ready(true);
+        if resp.status().is_success() {
             self.phase = Phase::Reading(Box::pin(resp.bytes_stream()));
             return;
         }
-        let body = read_limited(resp).await;
-        let err = errors::http_error(status.as_u16(), &body);
-        if err.kind == ErrorKind::Unavailable {
-            self.inner.set_ready(false);
-        }
+        let err = genfront_engine_http::error_from_response("SGLang", resp).await;
         self.fail(err);
+    }
+
+    /// An SSE event larger than the splitter accepts.
+    fn too_large(&mut self, too_large: genfront_engine_http::EventTooLarge) {
+        self.guard.fire();
+        self.fail(EngineError::internal(format!(
+            "SGLang sent an SSE event larger than the client accepts ({too_large})"
+        )));
     }
 
     /// One SSE event of the body.
@@ -460,7 +443,7 @@ impl Choice {
             Ok(out) if out.finish_reason.is_some() => {
                 self.guard.choice_done();
                 let cancelled = matches!(out.finish_reason, Some(FinishReason::Cancelled { .. }));
-                if self.deadline.is_some() && cancelled && !out.token_ids.is_empty() {
+                if self.grace.started() && cancelled && !out.token_ids.is_empty() {
                     // Tokens first, then a `Cancelled` item without tokens.
                     let mut tokens = out;
                     let end = EngineOutput {
@@ -482,7 +465,7 @@ impl Choice {
                 };
             }
             Ok(out) => {
-                if self.deadline.is_some() {
+                if self.grace.started() {
                     self.guard.fire_again();
                 }
                 self.pending.push_back(Ok(out));
@@ -497,7 +480,7 @@ impl Choice {
 
     /// End the choice with `err` — or, once the client asked to cancel, with `Cancelled`.
     fn fail(&mut self, err: EngineError) {
-        if self.deadline.is_some() {
+        if self.grace.started() {
             self.end_cancelled();
             return;
         }
@@ -519,21 +502,4 @@ impl Choice {
         }));
         self.phase = Phase::Done;
     }
-}
-
-/// The first [`errors::ERROR_BODY_LIMIT`] bytes of an error response's body.
-async fn read_limited(resp: reqwest::Response) -> Vec<u8> {
-    let mut body = Box::pin(resp.bytes_stream());
-    let mut out = Vec::new();
-    let read = async {
-        while let Some(Ok(chunk)) = body.next().await {
-            let room = errors::ERROR_BODY_LIMIT.saturating_sub(out.len());
-            out.extend_from_slice(chunk.get(..room.min(chunk.len())).unwrap_or_default());
-            if out.len() >= errors::ERROR_BODY_LIMIT {
-                break;
-            }
-        }
-    };
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), read).await;
-    out
 }

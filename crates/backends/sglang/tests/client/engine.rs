@@ -21,7 +21,6 @@ const RID: &str = "0123456789abcdef0123456789abcdef";
 fn options() -> SglangEngineOptions {
     SglangEngineOptions {
         eos_token_ids: vec![2],
-        health_interval: None,
         cancel_grace: Duration::from_millis(300),
         ..SglangEngineOptions::default()
     }
@@ -87,6 +86,7 @@ async fn connect_learns_server_facts() {
     assert!(!info.routed_experts && !info.sampling_mask);
     assert!(!e.incremental_streaming());
     assert!(e.ready());
+    assert_eq!(e.probe(Duration::from_secs(5)).await, Ok(()));
 
     // Incremental mode; the newer `/server_info` and `/model_info` when the `get_` spellings are
     // gone; option overrides.
@@ -288,6 +288,15 @@ async fn http_errors_map_by_class() {
             None,
         ),
         (403, "", ErrorKind::Internal, None),
+        // A route SGLang does not serve (FastAPI's default 404) is genfront's problem; SGLang's
+        // own 404 envelope is the client's.
+        (404, r#"{"detail":"Not Found"}"#, ErrorKind::Internal, None),
+        (
+            404,
+            r#"{"object":"error","message":"no such adapter","type":"NotFoundError","param":null,"code":404}"#,
+            ErrorKind::InvalidArgument,
+            Some("no such adapter"),
+        ),
         (429, "", ErrorKind::Overloaded, None),
         (500, "boom", ErrorKind::Internal, None),
         (502, "", ErrorKind::Unavailable, None),
@@ -314,25 +323,7 @@ async fn http_errors_map_by_class() {
             assert_eq!(err.message, m);
         }
     }
-    // A 503 marks the engine not ready until a request succeeds again.
-    assert!(!e.ready());
-    fake.shared.push(Reply::Sse(
-        chunks(
-            &sse(
-                &[frame(
-                    &[5],
-                    json!({"type":"length","length":1}),
-                    1,
-                    json!({}),
-                )],
-                true,
-            ),
-            &[512],
-        ),
-        End::Close,
-    ));
-    let (req, _) = native_request(&e, json!({"input_ids": [1]}));
-    oks(&collect(e.generate(req, CancellationToken::new())).await);
+    // Request outcomes do not change readiness: the router owns worker state.
     assert!(e.ready());
 }
 
@@ -638,41 +629,32 @@ async fn native_meta_and_routed_experts_pass_through_the_assembler() {
 }
 
 #[tokio::test]
-async fn health_probe_sets_readiness() {
+async fn probe_is_one_get_health() {
+    use std::sync::atomic::Ordering::Relaxed;
     let fake = fake::start(false).await;
-    let e = connect(
-        &fake,
-        SglangEngineOptions {
-            health_interval: Some(Duration::from_millis(20)),
-            ..options()
-        },
-    )
-    .await;
-    fake.shared.push(Reply::Status(503, String::new()));
-    let (req, _) = native_request(&e, json!({"input_ids": [1]}));
-    let _ = collect(e.generate(req, CancellationToken::new())).await;
-    wait_for("a health probe", || {
-        fake.shared
-            .health_calls
-            .load(std::sync::atomic::Ordering::Relaxed)
-            >= 2
-    })
-    .await;
-    wait_for("readiness", || e.ready()).await;
-    // The probe stops once the engine is gone.
-    drop(e);
-    tokio::time::sleep(Duration::from_millis(60)).await;
-    let calls = fake
-        .shared
-        .health_calls
-        .load(std::sync::atomic::Ordering::Relaxed);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(
-        fake.shared
-            .health_calls
-            .load(std::sync::atomic::Ordering::Relaxed)
-            <= calls + 1
+    let e = connect(&fake, options()).await;
+    let calls = || fake.shared.health_calls.load(Relaxed);
+    assert_eq!(calls(), 0, "no background probe");
+    assert_eq!(e.probe(Duration::from_secs(5)).await, Ok(()));
+    assert_eq!(calls(), 1);
+
+    fake.shared.health_status.store(503, Relaxed);
+    let err = e.probe(Duration::from_secs(5)).await.expect_err("503");
+    assert_eq!(
+        (err.kind, err.status_code),
+        (ErrorKind::Unavailable, Some(503))
     );
+    // A failed generate does not touch readiness, nor does a failed probe.
+    assert!(e.ready());
+
+    fake.shared.health_status.store(0, Relaxed);
+    fake.shared.health_delay_ms.store(500, Relaxed);
+    let err = e.probe(Duration::from_millis(50)).await.expect_err("slow");
+    assert_eq!(err.kind, ErrorKind::Unavailable);
+    fake.shared.health_delay_ms.store(0, Relaxed);
+    assert_eq!(e.probe(Duration::from_secs(5)).await, Ok(()));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(calls(), 4, "one GET per probe, nothing in between");
 }
 
 #[tokio::test]

@@ -52,6 +52,10 @@ pub struct Shared {
     /// `/generate` bodies whose client went away before the stream ended.
     pub disconnects: AtomicUsize,
     pub health_calls: AtomicUsize,
+    /// The status `/health` answers (0: 200).
+    pub health_status: std::sync::atomic::AtomicU16,
+    /// How long `/health` takes to answer, in ms.
+    pub health_delay_ms: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -145,7 +149,14 @@ async fn model_info_new() -> Response {
 
 async fn health(State(s): State<Arc<Shared>>) -> StatusCode {
     s.health_calls.fetch_add(1, Ordering::Relaxed);
-    StatusCode::OK
+    let delay = s.health_delay_ms.load(Ordering::Relaxed);
+    if delay > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+    }
+    match s.health_status.load(Ordering::Relaxed) {
+        0 => StatusCode::OK,
+        code => StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+    }
 }
 
 async fn abort(State(s): State<Arc<Shared>>, body: Bytes) -> StatusCode {
