@@ -44,8 +44,10 @@ pub enum GenerateError {
     /// The frontend's concurrency limit is reached.
     #[error("too many concurrent requests")]
     Overloaded,
-    /// No engine can take the request (none ready, or shutting down).
-    #[error("no engine available")]
+    /// No worker can take the request: none is connected and ready, every breaker is open, or
+    /// all are paused or draining. 503 with `Retry-After`; machine-readable code
+    /// `no_available_workers`.
+    #[error("no available workers")]
     NoEngine,
     /// The engine failed (see [`EngineError`] for which messages are public).
     #[error(transparent)]
@@ -79,6 +81,10 @@ impl GenerateError {
                     .and_then(|s| StatusCode::from_u16(s).ok())
                     .filter(StatusCode::is_client_error)
                     .unwrap_or(StatusCode::BAD_REQUEST),
+                // An upstream 429 stays a 429 (with its Retry-After); other backpressure is 503.
+                ErrorKind::Overloaded if e.status_code == Some(429) => {
+                    StatusCode::TOO_MANY_REQUESTS
+                }
                 ErrorKind::Unavailable | ErrorKind::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
                 ErrorKind::StreamIncomplete => StatusCode::BAD_GATEWAY,
                 // 499: the client went away; nobody normally reads this status.
@@ -112,7 +118,7 @@ impl GenerateError {
             GenerateError::NotFound { .. } => "not_found",
             GenerateError::PayloadTooLarge { .. } => "payload_too_large",
             GenerateError::Overloaded => "overloaded",
-            GenerateError::NoEngine => "unavailable",
+            GenerateError::NoEngine => "no_available_workers",
             GenerateError::Engine(e) => match e.kind {
                 ErrorKind::InvalidArgument => "engine_invalid_argument",
                 ErrorKind::Unsupported => "unsupported",
@@ -138,7 +144,9 @@ impl GenerateError {
             GenerateError::Overloaded => {
                 Cow::Borrowed("The server is at its concurrency limit. Please try again later.")
             }
-            GenerateError::NoEngine => Cow::Borrowed("Service temporarily unavailable"),
+            GenerateError::NoEngine => Cow::Borrowed(
+                "No available workers: no engine can take this request now. Please try again later.",
+            ),
             GenerateError::Engine(e) => match e.kind {
                 ErrorKind::InvalidArgument | ErrorKind::Unsupported => Cow::Borrowed(&e.message),
                 ErrorKind::Unavailable | ErrorKind::StreamIncomplete => {
@@ -149,6 +157,27 @@ impl GenerateError {
                 ErrorKind::Internal => Cow::Borrowed("Internal server error"),
             },
             GenerateError::Internal(_) => Cow::Borrowed("Internal server error"),
+        }
+    }
+
+    /// Whether the client should be told to retry later, and after how many seconds (`None`: no
+    /// `Retry-After` header). The frontend's own 503s use its configured delay
+    /// (`default_secs`); an engine's 429/503 relays the engine's own `Retry-After` when it sent one.
+    pub fn retry_after(&self, default_secs: u32) -> Option<u32> {
+        match self {
+            GenerateError::Overloaded | GenerateError::NoEngine => Some(default_secs),
+            GenerateError::Engine(e) => match e.kind {
+                ErrorKind::Overloaded | ErrorKind::Unavailable => {
+                    e.retry_after_secs
+                        .or(if self.status() == StatusCode::SERVICE_UNAVAILABLE {
+                            Some(default_secs)
+                        } else {
+                            None
+                        })
+                }
+                _ => None,
+            },
+            _ => None,
         }
     }
 

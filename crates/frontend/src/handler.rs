@@ -1,7 +1,7 @@
 //! The shared generate and abort handlers.
 //!
 //! Phases (see `docs/request-lifecycle.md`): receive (limits) → parse/validate (format) → mint ids
-//! → dispatch (pool) → assemble (format) → respond (unary body or SSE) → record.
+//! → dispatch (router) → assemble (format) → respond (unary body or SSE) → record.
 
 use std::sync::Arc;
 
@@ -13,6 +13,7 @@ use genfront_format::{
     AbortRoute, AbortSelector, GenerateError, GenerateFormat, NativeResponse, ParseInput, Prepared,
 };
 use genfront_protocol::{EngineError, EngineOutput};
+use genfront_router::RouteContext;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use http::{HeaderMap, HeaderName, StatusCode};
 use tokio::sync::OwnedSemaphorePermit;
@@ -25,6 +26,22 @@ use crate::{AppState, ids};
 
 /// `x-request-id`.
 pub(crate) static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+/// `x-genfront-worker`: in a request, pins it to a worker id (debugging); in a response, names
+/// the worker(s) chosen (comma-separated, in sub-request order, each once).
+pub(crate) static X_GENFRONT_WORKER: HeaderName = HeaderName::from_static("x-genfront-worker");
+/// `x-session-id`: session affinity key.
+static X_SESSION_ID: HeaderName = HeaderName::from_static("x-session-id");
+/// `x-smg-routing-key`: the SGLang model gateway's routing key header (session affinity).
+static X_SMG_ROUTING_KEY: HeaderName = HeaderName::from_static("x-smg-routing-key");
+
+fn header_str(headers: &HeaderMap, name: &HeaderName) -> Option<String> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map(str::to_owned)
+}
 
 /// One engine output tagged with the index of its sub-request.
 pub(crate) type Tagged = (usize, Result<EngineOutput, EngineError>);
@@ -53,13 +70,24 @@ fn native(resp: NativeResponse) -> Response {
     r
 }
 
-fn error(format: &dyn GenerateFormat, err: &GenerateError, stream: bool) -> Response {
+fn error(
+    format: &dyn GenerateFormat,
+    err: &GenerateError,
+    stream: bool,
+    retry_after_default: u32,
+) -> Response {
     if err.status().is_server_error() {
         tracing::warn!(format = format.name(), code = err.code(), error = %err, "request failed");
     } else {
         tracing::debug!(format = format.name(), code = err.code(), error = %err, "request rejected");
     }
-    native(format.error_response(err, stream))
+    let mut resp = native(format.error_response(err, stream));
+    if let Some(secs) = err.retry_after(retry_after_default)
+        && let Ok(v) = HeaderValue::from_str(&secs.to_string())
+    {
+        resp.headers_mut().insert(RETRY_AFTER, v);
+    }
+    resp
 }
 
 /// Longest client id echoed in `x-request-id`: a longer one (ids are echoed in the body anyway)
@@ -111,26 +139,46 @@ pub(crate) async fn generate(
         Some(sem) => match sem.clone().try_acquire_owned() {
             Ok(p) => Some(p),
             Err(_) => {
-                let mut resp = reject(&mut tracker, &*format, &GenerateError::Overloaded, false);
-                let secs = state.config.retry_after.as_secs().max(1).to_string();
-                if let Ok(v) = HeaderValue::from_str(&secs) {
-                    resp.headers_mut().insert(RETRY_AFTER, v);
-                }
-                return resp;
+                return reject(
+                    &state,
+                    &mut tracker,
+                    &*format,
+                    &GenerateError::Overloaded,
+                    false,
+                );
             }
         },
     };
+    // No worker can take it: say so at once (503 + Retry-After), before reading the body.
+    if !state.router.ready_for(format.name()) {
+        return reject(
+            &state,
+            &mut tracker,
+            &*format,
+            &GenerateError::NoEngine,
+            false,
+        );
+    }
     let body = match read_body(body, state.config.body_limit).await {
         Ok(b) => b,
-        Err(e) => return reject(&mut tracker, &*format, &e, false),
+        Err(e) => return reject(&state, &mut tracker, &*format, &e, false),
+    };
+    let Some(facts) = state.router.facts_for(format.name()) else {
+        return reject(
+            &state,
+            &mut tracker,
+            &*format,
+            &GenerateError::NoEngine,
+            false,
+        );
     };
     let prepared = match format.prepare(ParseInput {
         headers: &headers,
         body: &body,
-        engine: state.pool.info_for(format.name()),
+        engine: &facts,
     }) {
         Ok(p) => p,
-        Err(rej) => return reject(&mut tracker, &*format, &rej.error, rej.stream),
+        Err(rej) => return reject(&state, &mut tracker, &*format, &rej.error, rej.stream),
     };
     drop(body);
     let limit = state.config.max_engine_requests;
@@ -139,19 +187,31 @@ pub(crate) async fn generate(
             "The request expands to {} engine requests (batch size × n); this server accepts at most {limit} (--max-engine-requests).",
             prepared.subs.len()
         ));
-        let resp = reject(&mut tracker, &*format, &err, prepared.stream);
+        let resp = reject(&state, &mut tracker, &*format, &err, prepared.stream);
         return with_request_id(resp, prepared.client_id.as_deref());
     }
-    dispatch(state, format, prepared, permit, tracker).await
+    let ctx = RouteContext {
+        format: format.name(),
+        session_id: header_str(&headers, &X_SESSION_ID),
+        routing_key: header_str(&headers, &X_SMG_ROUTING_KEY),
+        rid: prepared.client_id.clone(),
+        pinned: header_str(&headers, &X_GENFRONT_WORKER),
+    };
+    dispatch(state, format, prepared, ctx, permit, tracker).await
+}
+
+fn retry_after_secs(state: &AppState) -> u32 {
+    u32::try_from(state.config.retry_after.as_secs().max(1)).unwrap_or(u32::MAX)
 }
 
 fn reject(
+    state: &AppState,
     tracker: &mut Tracker,
     format: &dyn GenerateFormat,
     err: &GenerateError,
     stream: bool,
 ) -> Response {
-    let resp = error(format, err, stream);
+    let resp = error(format, err, stream, retry_after_secs(state));
     tracker.complete(resp.status().as_u16(), err.code());
     resp
 }
@@ -160,6 +220,7 @@ async fn dispatch(
     state: Arc<AppState>,
     format: Arc<dyn GenerateFormat>,
     prepared: Prepared,
+    ctx: RouteContext,
     permit: Option<OwnedSemaphorePermit>,
     mut tracker: Tracker,
 ) -> Response {
@@ -173,11 +234,8 @@ async fn dispatch(
     let cancel = CancellationToken::new();
     let mut registrations = Vec::with_capacity(subs.len());
     let mut streams: Vec<BoxStream<'static, Tagged>> = Vec::with_capacity(subs.len());
+    let mut workers: Vec<String> = Vec::new();
     for (i, sub) in subs.into_iter().enumerate() {
-        let Some((worker, engine)) = state.pool.pick_for(format.name()) else {
-            let resp = reject(&mut tracker, &*format, &GenerateError::NoEngine, false);
-            return with_request_id(resp, client_id.as_deref());
-        };
         let mut request = sub.request;
         request.request_id = ids::mint_request_id();
         tracing::debug!(
@@ -185,30 +243,48 @@ async fn dispatch(
             internal_id = %request.request_id,
             client_id = client_id.as_deref().unwrap_or(""),
             native_id = %sub.abort_key,
-            worker,
             prompt_tokens = request.token_ids.len(),
             "dispatch"
         );
         tracker.dispatched(
             &request.request_id,
             &sub.abort_key,
-            worker,
             &request.token_ids,
             request.sampling.n,
         );
         let token = cancel.child_token();
+        let dispatched = match state.router.dispatch(request, &ctx, token.clone()) {
+            Ok(d) => d,
+            Err(no) => {
+                tracing::debug!(
+                    format = format.name(),
+                    reason = no.reason,
+                    "no worker for request"
+                );
+                // Dropping `streams` aborts the sub-requests already dispatched.
+                let resp = reject(
+                    &state,
+                    &mut tracker,
+                    &*format,
+                    &GenerateError::NoEngine,
+                    streaming,
+                );
+                return with_request_id(resp, client_id.as_deref());
+            }
+        };
+        let worker = dispatched.worker.as_str();
+        if !workers.iter().any(|w| w == worker) {
+            workers.push(worker.to_owned());
+        }
+        tracker.served_by(dispatched.served_by());
         registrations.push(
             state
                 .in_flight
-                .register(format.name(), sub.abort_key, token.clone()),
+                .register(format.name(), sub.abort_key, token),
         );
-        streams.push(
-            engine
-                .generate(request, token)
-                .map(move |item| (i, item))
-                .boxed(),
-        );
+        streams.push(dispatched.stream.map(move |item| (i, item)).boxed());
     }
+    let worker_header = HeaderValue::from_str(&workers.join(",")).ok();
     let mut guard = RequestGuard {
         tracker,
         _permit: permit,
@@ -223,6 +299,9 @@ async fn dispatch(
         let h = resp.headers_mut();
         h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
         h.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        if let Some(v) = worker_header {
+            h.insert(X_GENFRONT_WORKER.clone(), v);
+        }
         return with_request_id(resp, client_id.as_deref());
     }
 
@@ -236,8 +315,8 @@ async fn dispatch(
             assembler.on_output(sub, out, &mut sink)
         });
         if let Err(e) = result {
-            let resp = reject(&mut guard.tracker, &*format, &e, false);
-            return with_request_id(resp, client_id.as_deref());
+            let resp = reject(&state, &mut guard.tracker, &*format, &e, false);
+            return with_worker(with_request_id(resp, client_id.as_deref()), worker_header);
         }
     }
     let resp = match assembler.finish_unary() {
@@ -246,10 +325,17 @@ async fn dispatch(
             guard.tracker.complete(resp.status().as_u16(), "");
             resp
         }
-        Err(e) => reject(&mut guard.tracker, &*format, &e, false),
+        Err(e) => reject(&state, &mut guard.tracker, &*format, &e, false),
     };
     drop(guard);
-    with_request_id(resp, client_id.as_deref())
+    with_worker(with_request_id(resp, client_id.as_deref()), worker_header)
+}
+
+fn with_worker(mut resp: Response, worker: Option<HeaderValue>) -> Response {
+    if let Some(v) = worker {
+        resp.headers_mut().insert(X_GENFRONT_WORKER.clone(), v);
+    }
+    resp
 }
 
 /// Serve a format's native abort endpoint: cancel every in-flight request it selects, then answer
@@ -262,7 +348,7 @@ pub(crate) async fn abort(
 ) -> Response {
     let body = match read_body(body, state.config.body_limit).await {
         Ok(b) => b,
-        Err(e) => return error(&*format, &e, false),
+        Err(e) => return error(&*format, &e, false, retry_after_secs(&state)),
     };
     match (route.parse)(&body) {
         Ok(selector) => {
@@ -286,6 +372,6 @@ pub(crate) async fn abort(
             tracing::debug!(format = format.name(), ?selector, "abort selector");
             StatusCode::OK.into_response()
         }
-        Err(e) => error(&*format, &e, false),
+        Err(e) => error(&*format, &e, false, retry_after_secs(&state)),
     }
 }

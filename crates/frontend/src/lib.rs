@@ -1,8 +1,9 @@
 //! genfront's **shared HTTP handler**: one handler serves every format in the catalog.
 //!
 //! It owns everything around the format logic: the route table (built from
-//! [`genfront_format::resolve_routes`]), body limits, private request ids, dispatch to the engine
-//! pool, SSE delivery with backpressure, cancellation on client disconnect (RAII: dropping the
+//! [`genfront_format::resolve_routes`]), body limits, private request ids, the call into the
+//! router's one seam ([`genfront_router::Router::dispatch`]: the frontend holds no routing or
+//! health code), SSE delivery with backpressure, cancellation on client disconnect (RAII: dropping the
 //! response body drops the engine streams, which aborts the work), abort-by-id endpoints, and the
 //! one error path that renders [`genfront_format::GenerateError`] in the format's native envelope.
 //! It contains no format-specific code.
@@ -12,7 +13,6 @@
 mod handler;
 mod ids;
 mod metrics;
-mod pool;
 mod registry;
 mod sse;
 mod trace;
@@ -21,17 +21,17 @@ mod track;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, get, on};
 use futures::StreamExt;
 use genfront_format::{AuxKind, Route};
 use genfront_protocol::{EngineRequest, SamplingOptions, StopConditions};
+use genfront_router::RouteContext;
+pub use genfront_router::Router;
 use http::StatusCode;
 use http::header::{CONTENT_TYPE, HeaderValue};
 pub use ids::mint_request_id;
 pub use metrics::Metrics;
-pub use pool::EnginePool;
 pub use registry::InFlight;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -71,8 +71,8 @@ impl Default for FrontendConfig {
 /// Shared state of the app.
 #[derive(Debug)]
 pub struct AppState {
-    /// Engines requests are dispatched to.
-    pub pool: EnginePool,
+    /// The router engine requests are dispatched through.
+    pub router: Arc<Router>,
     /// In-flight requests, for abort-by-id.
     pub in_flight: InFlight,
     /// Configuration.
@@ -86,14 +86,16 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// State over `pool` with `config`, fresh metrics and no trace.
-    pub fn new(pool: EnginePool, config: FrontendConfig) -> Arc<Self> {
-        Self::with_metrics(pool, config, Arc::new(Metrics::new()), None)
+    /// State over `router` with `config`, metrics that include the router's, and no trace.
+    pub fn new(router: Arc<Router>, config: FrontendConfig) -> Arc<Self> {
+        let metrics = Arc::new(Metrics::with_router(router.metrics()));
+        Self::with_metrics(router, config, metrics, None)
     }
 
     /// State with the given metrics and trace sink (the trace sink counts drops in `metrics`).
+    /// `metrics` should have been made with [`Metrics::with_router`] over the router's families.
     pub fn with_metrics(
-        pool: EnginePool,
+        router: Arc<Router>,
         config: FrontendConfig,
         metrics: Arc<Metrics>,
         trace: Option<TraceSink>,
@@ -102,7 +104,7 @@ impl AppState {
             .max_concurrent_requests
             .map(|n| Arc::new(Semaphore::new(n)));
         Arc::new(Self {
-            pool,
+            router,
             in_flight: InFlight::default(),
             config,
             metrics,
@@ -128,11 +130,27 @@ fn json_detail(status: StatusCode, detail: &str) -> Response {
     r
 }
 
-async fn ready(state: Arc<AppState>) -> Response {
-    if state.pool.any_ready() {
+/// `GET /ready`: 200 only when every served format can be routed now (a worker is connected,
+/// ready and admitting); otherwise 503 naming the formats that cannot.
+async fn ready(state: Arc<AppState>, formats: Arc<[&'static str]>) -> Response {
+    let missing: Vec<&str> = formats
+        .iter()
+        .copied()
+        .filter(|f| !state.router.ready_for(f))
+        .collect();
+    if missing.is_empty() {
         (StatusCode::OK, "").into_response()
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "").into_response()
+        let body = serde_json::json!({
+            "detail": "no available workers",
+            "code": "no_available_workers",
+            "formats": missing,
+        })
+        .to_string();
+        let mut r = (StatusCode::SERVICE_UNAVAILABLE, body).into_response();
+        r.headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        r
     }
 }
 
@@ -145,12 +163,9 @@ async fn metrics_text(state: Arc<AppState>) -> Response {
     r
 }
 
-/// One-token generation on the next ready engine; 200 when a token (or a finish) arrives within
-/// the probe timeout, 503 otherwise.
-async fn generate_probe(state: Arc<AppState>) -> Response {
-    let Some((_, engine)) = state.pool.pick() else {
-        return StatusCode::SERVICE_UNAVAILABLE.into_response();
-    };
+/// One-token generation on a worker the router picks; 200 when a token (or a finish) arrives
+/// within the probe timeout, 503 otherwise.
+async fn generate_probe(state: Arc<AppState>, format: &'static str) -> Response {
     let request = EngineRequest {
         request_id: format!("HEALTH_CHECK_{}", ids::mint_request_id()),
         token_ids: vec![0],
@@ -166,7 +181,14 @@ async fn generate_probe(state: Arc<AppState>) -> Response {
     };
     let cancel = CancellationToken::new();
     let _guard = cancel.clone().drop_guard();
-    let mut stream = engine.generate(request, cancel);
+    let ctx = RouteContext {
+        format,
+        ..RouteContext::default()
+    };
+    let Ok(dispatched) = state.router.dispatch(request, &ctx, cancel) else {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    };
+    let mut stream = dispatched.stream;
     match tokio::time::timeout(state.config.probe_timeout, stream.next()).await {
         Ok(Some(Ok(_))) => StatusCode::OK.into_response(),
         _ => StatusCode::SERVICE_UNAVAILABLE.into_response(),
@@ -175,14 +197,22 @@ async fn generate_probe(state: Arc<AppState>) -> Response {
 
 /// Build the router: every resolved generate route, each format's abort and auxiliary routes,
 /// `GET /health` (process up), `GET /ready` (an engine is ready) and `GET /metrics`.
-pub fn app(state: Arc<AppState>, routes: &[Route]) -> Router {
+pub fn app(state: Arc<AppState>, routes: &[Route]) -> axum::Router {
     let st = state.clone();
     let st2 = state.clone();
-    let mut router = Router::new()
+    let mut formats: Vec<&'static str> = Vec::new();
+    for r in routes {
+        if !formats.contains(&r.format.name()) {
+            formats.push(r.format.name());
+            state.metrics.declare_format(r.format.name());
+        }
+    }
+    let formats: Arc<[&'static str]> = Arc::from(formats);
+    let mut router = axum::Router::new()
         // FastAPI's answers (both engines are FastAPI apps) instead of empty bodies.
         .fallback(|| async { json_detail(StatusCode::NOT_FOUND, "Not Found") })
         .route("/health", get(|| async { "" }))
-        .route("/ready", get(move || ready(st.clone())))
+        .route("/ready", get(move || ready(st.clone(), formats.clone())))
         .route("/metrics", get(move || metrics_text(st2.clone())));
     let mut abort_paths: Vec<&'static str> = Vec::new();
     let mut aux_paths: Vec<&'static str> = Vec::new();
@@ -216,7 +246,13 @@ pub fn app(state: Arc<AppState>, routes: &[Route]) -> Router {
                     get(move || {
                         let st = st.clone();
                         async move {
-                            let r = render(st.pool.info_for(name));
+                            let Some(facts) = st.router.facts_for(name) else {
+                                return json_detail(
+                                    StatusCode::SERVICE_UNAVAILABLE,
+                                    "no available workers",
+                                );
+                            };
+                            let r = render(&facts);
                             let mut resp = (r.status, r.body).into_response();
                             resp.headers_mut()
                                 .insert(CONTENT_TYPE, HeaderValue::from_static(r.content_type));
@@ -225,7 +261,7 @@ pub fn app(state: Arc<AppState>, routes: &[Route]) -> Router {
                     }),
                 ),
                 AuxKind::GenerateProbe => {
-                    router.route(aux.path, get(move || generate_probe(st.clone())))
+                    router.route(aux.path, get(move || generate_probe(st.clone(), name)))
                 }
             };
         }

@@ -84,7 +84,14 @@ pub(crate) struct FormatHandles {
 impl Metrics {
     /// Register every family.
     pub fn new() -> Self {
+        Self::with_router(&genfront_router::RouterMetrics::default())
+    }
+
+    /// Register every family, the router's (`router`, shared with the [`genfront_router::Router`])
+    /// included.
+    pub fn with_router(router: &genfront_router::RouterMetrics) -> Self {
         let mut registry = Registry::with_prefix("genfront");
+        router.register(&mut registry);
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
             "requests",
@@ -174,6 +181,16 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+
+    /// Create the per-format series of `format` now (zeros until the first request), so every
+    /// family is present in a scrape from start-up.
+    pub fn declare_format(&self, format: &str) {
+        let _ = self.handles(format);
+        let _ = self.engine_aborts.get_or_create(&AbortLabels {
+            format: format.to_owned(),
+            reason: "abort_request".into(),
+        });
     }
 
     pub(crate) fn handles(&self, format: &str) -> FormatHandles {

@@ -46,8 +46,8 @@ pub struct TraceEngineRequest {
     pub internal_id: String,
     /// The native id (SGLang rid / vLLM `generate-tokens-…`).
     pub native_id: String,
-    /// Index of the engine in the pool that served it.
-    pub worker: usize,
+    /// Id of the worker that served it (after any retry), empty when none was chosen.
+    pub worker: String,
     /// Prompt length in tokens.
     pub prompt_len: usize,
     /// FNV-1a 64 of the prompt ids (little-endian u32s), hex.

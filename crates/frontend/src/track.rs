@@ -15,7 +15,7 @@ use crate::trace::{TraceEngineRequest, TraceRecord, prompt_hash};
 struct SubTrack {
     internal_id: String,
     native_id: String,
-    worker: usize,
+    worker: Option<genfront_router::ServedBy>,
     prompt_len: usize,
     prompt_hash: String,
     n: usize,
@@ -72,7 +72,6 @@ impl Tracker {
         &mut self,
         internal_id: &str,
         native_id: &str,
-        worker: usize,
         prompt: &[u32],
         n: u32,
     ) {
@@ -88,7 +87,7 @@ impl Tracker {
             } else {
                 String::new()
             },
-            worker,
+            worker: None,
             prompt_len: prompt.len(),
             prompt_hash: if self.trace {
                 prompt_hash(prompt)
@@ -105,6 +104,13 @@ impl Tracker {
             },
             finish: vec![None; n],
         });
+    }
+
+    /// Record which worker serves the sub-request dispatched last.
+    pub(crate) fn served_by(&mut self, worker: genfront_router::ServedBy) {
+        if let Some(s) = self.subs.last_mut() {
+            s.worker = Some(worker);
+        }
     }
 
     /// Observe one engine output of sub-request `sub` (before the assembler consumes it).
@@ -198,7 +204,11 @@ impl Drop for Tracker {
                     .map(|s| TraceEngineRequest {
                         internal_id: s.internal_id,
                         native_id: s.native_id,
-                        worker: s.worker,
+                        worker: s
+                            .worker
+                            .as_ref()
+                            .map(|w| w.get().to_string())
+                            .unwrap_or_default(),
                         prompt_len: s.prompt_len,
                         prompt_hash: s.prompt_hash,
                         output_token_ids: s.output_ids,

@@ -12,6 +12,9 @@ use genfront_format::{FormatSettings, RouteConfig};
 use genfront_frontend::FrontendConfig;
 use genfront_mocker::{MockConfig, MockEngine, ScriptedFault};
 use genfront_protocol::Engine;
+use genfront_router::{
+    AffinityConfig, BreakerConfig, HealthConfig, PolicyKind, RetryConfig, RouterConfig,
+};
 
 use crate::workers::WorkerSpec;
 
@@ -168,6 +171,112 @@ pub struct ServeArgs {
     #[arg(long, env = "GENFRONT_SHUTDOWN_GRACE", default_value = "30s", value_parser = parse_duration, help_heading = "Limits")]
     pub shutdown_grace: Duration,
 
+    /// Routing policy: `prefix` (default; prefix affinity with a load bound), `round_robin`,
+    /// `random`, `least_load`, `power_of_two` or `session`.
+    #[arg(
+        long,
+        env = "GENFRONT_POLICY",
+        default_value = "prefix",
+        help_heading = "Routing"
+    )]
+    pub policy: PolicyKind,
+    /// Tokens per hashed block of the `prefix` policy.
+    #[arg(
+        long,
+        env = "GENFRONT_PREFIX_BLOCK_TOKENS",
+        default_value_t = 16,
+        help_heading = "Routing"
+    )]
+    pub prefix_block_tokens: usize,
+    /// Share of the prompt a remembered prefix must cover for the `prefix` policy to follow it.
+    #[arg(
+        long,
+        env = "GENFRONT_PREFIX_CACHE_THRESHOLD",
+        default_value_t = 0.5,
+        help_heading = "Routing"
+    )]
+    pub prefix_cache_threshold: f64,
+    /// Load bound of the affinity policies, absolute part: a worker more than this many in-flight
+    /// requests above the least loaded (and `--balance-rel` times it) is skipped.
+    #[arg(
+        long,
+        env = "GENFRONT_BALANCE_ABS",
+        default_value_t = 32,
+        help_heading = "Routing"
+    )]
+    pub balance_abs: u64,
+    /// Load bound of the affinity policies, relative part (see `--balance-abs`).
+    #[arg(
+        long,
+        env = "GENFRONT_BALANCE_REL",
+        default_value_t = 1.5,
+        help_heading = "Routing"
+    )]
+    pub balance_rel: f64,
+    /// `session` policy: re-pin a session when its worker has this many more in-flight requests
+    /// than the least loaded.
+    #[arg(
+        long,
+        env = "GENFRONT_SESSION_MARGIN",
+        default_value_t = 8,
+        help_heading = "Routing"
+    )]
+    pub session_margin: u64,
+    /// Most extra attempts on other workers for a request that fails before its first output
+    /// (connect failure, 502/503/504); 0 disables retries.
+    #[arg(
+        long,
+        env = "GENFRONT_RETRY_MAX",
+        default_value_t = 2,
+        help_heading = "Routing"
+    )]
+    pub retry_max: u32,
+    /// Backoff before the first retry (doubled for each further one, with jitter).
+    #[arg(long, env = "GENFRONT_RETRY_BACKOFF", default_value = "20ms", value_parser = parse_duration, help_heading = "Routing")]
+    pub retry_backoff: Duration,
+    /// Retry budget: retries may add at most this share of requests (plus 10).
+    #[arg(
+        long,
+        env = "GENFRONT_RETRY_BUDGET",
+        default_value_t = 0.2,
+        help_heading = "Routing"
+    )]
+    pub retry_budget: f64,
+    /// Consecutive worker failures (transport errors, 5xx other than 503) that open a worker's
+    /// circuit breaker; 0 disables the breaker.
+    #[arg(
+        long,
+        env = "GENFRONT_BREAKER_FAILURES",
+        default_value_t = 5,
+        help_heading = "Routing"
+    )]
+    pub breaker_failures: u32,
+    /// How long an open breaker refuses traffic before one trial request.
+    #[arg(long, env = "GENFRONT_BREAKER_OPEN", default_value = "5s", value_parser = parse_duration, help_heading = "Routing")]
+    pub breaker_open: Duration,
+    /// Time between health probes (native `GET /health`) of each worker.
+    #[arg(long, env = "GENFRONT_HEALTH_INTERVAL", default_value = "2s", value_parser = parse_duration, help_heading = "Routing")]
+    pub health_interval: Duration,
+    /// Time one health probe may take.
+    #[arg(long, env = "GENFRONT_HEALTH_TIMEOUT", default_value = "2s", value_parser = parse_duration, help_heading = "Routing")]
+    pub health_timeout: Duration,
+    /// Consecutive failed probes that take a worker out of rotation.
+    #[arg(
+        long,
+        env = "GENFRONT_HEALTH_FALL",
+        default_value_t = 2,
+        help_heading = "Routing"
+    )]
+    pub health_fall: u32,
+    /// Consecutive passing probes that put an unhealthy worker back.
+    #[arg(
+        long,
+        env = "GENFRONT_HEALTH_RISE",
+        default_value_t = 1,
+        help_heading = "Routing"
+    )]
+    pub health_rise: u32,
+
     /// Append one JSON line per finished request to this file (RL replay trace).
     #[arg(long, env = "GENFRONT_TRACE_FILE", help_heading = "Observability")]
     pub trace_file: Option<PathBuf>,
@@ -202,6 +311,40 @@ impl ServeArgs {
             extra_routes: self.routes.clone(),
             settings: FormatSettings {
                 incremental_streaming: self.sglang_incremental_streaming,
+            },
+        }
+    }
+
+    /// Router configuration.
+    pub fn router_config(&self) -> RouterConfig {
+        RouterConfig {
+            policy: self.policy,
+            prefill_policy: None,
+            decode_policy: None,
+            affinity: AffinityConfig {
+                block_tokens: self.prefix_block_tokens.max(1),
+                cache_threshold: self.prefix_cache_threshold,
+                balance_abs: self.balance_abs,
+                balance_rel: self.balance_rel,
+                session_margin: self.session_margin,
+                ..AffinityConfig::default()
+            },
+            breaker: BreakerConfig {
+                failure_threshold: self.breaker_failures,
+                open_for: self.breaker_open,
+            },
+            retry: RetryConfig {
+                max_retries: self.retry_max,
+                backoff: self.retry_backoff,
+                budget_ratio: self.retry_budget,
+                ..RetryConfig::default()
+            },
+            health: HealthConfig {
+                interval: self.health_interval.max(Duration::from_millis(10)),
+                timeout: self.health_timeout,
+                fall: self.health_fall,
+                rise: self.health_rise,
+                ..HealthConfig::default()
             },
         }
     }

@@ -18,8 +18,9 @@ pub use config::{
     Cli, Command, ServeArgs, SidecarArgs, SidecarEngine, parse_byte_size, parse_duration,
 };
 use genfront_format::{Route, resolve_routes};
-use genfront_frontend::{AppState, EnginePool, Metrics, TraceSink};
+use genfront_frontend::{AppState, Metrics, TraceSink};
 use genfront_protocol::Engine;
+use genfront_router::{Role, Router, RouterMetrics};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 pub use workers::WorkerSpec;
@@ -150,32 +151,34 @@ pub struct Server {
 }
 
 impl Server {
-    /// Build engines, resolve routes and open the trace file from `args`.
+    /// Build the router (mock engines at once; `--worker`s connected in the background, so
+    /// start-up never waits for them), resolve routes and open the trace file from `args`.
     ///
     /// # Errors
     /// An unknown `DYN_GENERATE_FORMAT`, duplicate or invalid routes, no engines, a bad mock
     /// configuration, or a trace file that cannot be opened.
     pub async fn build(args: &ServeArgs) -> anyhow::Result<Self> {
         let routes = resolve_routes(&CATALOG, &args.route_config())?;
-        let mut engines: Vec<(Arc<dyn Engine>, Option<String>)> = args
-            .mock_engines()?
-            .into_iter()
-            .map(|e| (e, None))
-            .collect();
-        for spec in &args.workers {
-            let engine = spec.connect().await?;
-            tracing::info!(worker = %spec, model = %engine.info().model, "worker connected");
-            engines.push((engine, spec.native_format().map(str::to_owned)));
-        }
-        if engines.is_empty() {
+        let mocks = args.mock_engines()?;
+        if mocks.is_empty() && args.workers.is_empty() {
             anyhow::bail!(
                 "no engines configured: start with --mock N (N >= 1) or --worker sglang=http://HOST:PORT"
             );
         }
-        Self::with_pool(args, routes, EnginePool::with_natives(engines))
+        let metrics = RouterMetrics::default();
+        let router = Router::new(args.router_config(), metrics.clone());
+        for engine in mocks {
+            router.add_engine(workers::mock_spec(), engine);
+        }
+        for spec in &args.workers {
+            let id = router.add_worker(spec.router_spec(Role::Aggregated), spec.connector());
+            tracing::info!(worker = %id, spec = %spec, "worker added; connecting in the background");
+        }
+        Self::with_router(args, routes, router, metrics)
     }
 
-    /// A server over the given engines (tests use this to keep handles on mock engines).
+    /// A server over the given, already connected engines (tests use this to keep handles on
+    /// mock engines).
     ///
     /// # Errors
     /// The trace file cannot be opened.
@@ -184,19 +187,25 @@ impl Server {
         routes: Vec<Route>,
         engines: Vec<Arc<dyn Engine>>,
     ) -> anyhow::Result<Self> {
-        Self::with_pool(args, routes, EnginePool::new(engines))
+        let metrics = RouterMetrics::default();
+        let router = Router::new(args.router_config(), metrics.clone());
+        for engine in engines {
+            router.add_engine(workers::mock_spec(), engine);
+        }
+        Self::with_router(args, routes, router, metrics)
     }
 
-    /// A server over `pool`.
+    /// A server over `router`, whose series are `router_metrics`.
     ///
     /// # Errors
     /// The trace file cannot be opened.
-    pub fn with_pool(
+    pub fn with_router(
         args: &ServeArgs,
         routes: Vec<Route>,
-        pool: EnginePool,
+        router: Arc<Router>,
+        router_metrics: RouterMetrics,
     ) -> anyhow::Result<Self> {
-        let metrics = Arc::new(Metrics::new());
+        let metrics = Arc::new(Metrics::with_router(&router_metrics));
         let trace = match &args.trace_file {
             Some(path) => Some(
                 TraceSink::open(path, metrics.clone())
@@ -204,12 +213,34 @@ impl Server {
             ),
             None => None,
         };
-        let state = AppState::with_metrics(pool, args.frontend_config(), metrics, trace);
+        let state = AppState::with_metrics(router, args.frontend_config(), metrics, trace);
         Ok(Self {
             state,
             routes,
             shutdown_grace: args.shutdown_grace,
         })
+    }
+
+    /// Whether every served format can be routed (what `GET /ready` reports).
+    pub fn is_ready(&self) -> bool {
+        self.routes
+            .iter()
+            .all(|r| self.state.router.ready_for(r.format.name()))
+    }
+
+    /// Wait until [`Server::is_ready`] (workers connect in the background), at most `limit`.
+    /// Returns whether it became ready.
+    pub async fn wait_ready(&self, limit: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            if self.is_ready() {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     /// The axum app.
@@ -233,7 +264,7 @@ impl Server {
             .iter()
             .map(|r| format!("{} ({})", r.path, r.format.name()))
             .collect();
-        tracing::info!(address = ?local, routes = ?routes, engines = self.state.pool.len(), "genfront serving");
+        tracing::info!(address = ?local, routes = ?routes, workers = self.state.router.workers().len(), "genfront serving");
         let state = self.state.clone();
         let grace = self.shutdown_grace;
         let sd = shutdown.clone();

@@ -7,6 +7,17 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use genfront_protocol::Engine;
+use genfront_router::{Connector, Role};
+
+/// The router's description of an in-process mock engine.
+pub fn mock_spec() -> genfront_router::WorkerSpec {
+    genfront_router::WorkerSpec {
+        id: None,
+        url: "mock".to_owned(),
+        kind: None,
+        role: Role::Aggregated,
+    }
+}
 
 /// One `--worker` of `genfront serve`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +66,28 @@ impl WorkerSpec {
             WorkerSpec::Vllm(_) => Some("vllm"),
             WorkerSpec::Grpc(_) => None,
         }
+    }
+
+    /// The router's description of this worker in `role`.
+    pub fn router_spec(&self, role: Role) -> genfront_router::WorkerSpec {
+        let url = match self {
+            WorkerSpec::Sglang(u) | WorkerSpec::Vllm(u) | WorkerSpec::Grpc(u) => u.clone(),
+        };
+        genfront_router::WorkerSpec {
+            id: None,
+            url,
+            kind: self.native_format().map(str::to_owned),
+            role,
+        }
+    }
+
+    /// A connector the router calls (with backoff) until the worker answers.
+    pub fn connector(&self) -> Connector {
+        let spec = self.clone();
+        Arc::new(move || {
+            let spec = spec.clone();
+            Box::pin(async move { spec.connect().await.map_err(|e| format!("{e:#}")) })
+        })
     }
 
     /// Connect to the worker.

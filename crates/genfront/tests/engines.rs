@@ -37,6 +37,10 @@ fn spec(api: Api, m: &SpawnedMockServer) -> String {
 async fn genfront(worker: String) -> (String, CancellationToken) {
     let args = ServeArgs::parse_from(["serve", "--worker", &worker]);
     let server = Server::build(&args).await.expect("genfront");
+    assert!(
+        server.wait_ready(Duration::from_secs(10)).await,
+        "workers connect"
+    );
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("addr"));
     let shutdown = CancellationToken::new();

@@ -47,6 +47,10 @@ async fn genfront(workers: &[String]) -> Genfront {
     let routes = resolve_routes(&CATALOG, &args.route_config()).expect("routes");
     let _ = routes;
     let server = Server::build(&args).await.expect("genfront with workers");
+    assert!(
+        server.wait_ready(std::time::Duration::from_secs(10)).await,
+        "workers connect"
+    );
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let shutdown = CancellationToken::new();

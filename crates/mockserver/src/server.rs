@@ -11,9 +11,10 @@ use axum::Router;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use genfront_format::{FormatSettings, GenerateFormat, Route};
-use genfront_frontend::{AppState, EnginePool, FrontendConfig};
+use genfront_frontend::{AppState, FrontendConfig};
 use genfront_mocker::{MockConfigError, MockEngine};
 use genfront_protocol::Engine;
+use genfront_router::{RetryConfig, Role, RouterConfig, RouterMetrics, WorkerSpec};
 use http::header::{CONTENT_TYPE, HeaderValue};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -88,10 +89,27 @@ impl MockServer {
         };
         let config = FrontendConfig::default();
         let body_limit = config.body_limit;
-        let state = AppState::new(
-            EnginePool::new(vec![engine.clone() as Arc<dyn Engine>]),
-            config,
+        // One engine, no retries: the mock server is one engine, not a router.
+        let engines = genfront_router::Router::new(
+            RouterConfig {
+                retry: RetryConfig {
+                    max_retries: 0,
+                    ..RetryConfig::default()
+                },
+                ..RouterConfig::default()
+            },
+            RouterMetrics::default(),
         );
+        engines.add_engine(
+            WorkerSpec {
+                id: Some("mock".to_owned()),
+                url: "mock".to_owned(),
+                kind: None,
+                role: Role::Aggregated,
+            },
+            engine.clone() as Arc<dyn Engine>,
+        );
+        let state = AppState::new(engines, config);
         let injector = Arc::new(Injector {
             api,
             format,

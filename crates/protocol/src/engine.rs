@@ -1,5 +1,6 @@
 //! [`Engine`]: the worker contract.
 
+use std::future::Future;
 use std::pin::Pin;
 
 use futures::Stream;
@@ -11,6 +12,9 @@ use crate::{EngineError, EngineOutput, EngineRequest};
 /// A stream of deltas for one [`EngineRequest`]. It ends after every choice has finished, or with
 /// one `Err` item.
 pub type OutputStream = Pin<Box<dyn Stream<Item = Result<EngineOutput, EngineError>> + Send>>;
+
+/// The future of one [`Engine::probe`].
+pub type ProbeFuture<'a> = Pin<Box<dyn Future<Output = Result<(), EngineError>> + Send + 'a>>;
 
 /// Static facts about the model an engine serves; formats validate requests against them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -73,9 +77,29 @@ pub trait Engine: Send + Sync + 'static {
     /// Model facts used for validation.
     fn info(&self) -> &EngineInfo;
 
-    /// Whether the engine currently accepts requests.
+    /// Whether the engine currently accepts requests, as far as the engine client itself knows
+    /// (e.g. a sidecar's health stream). Routers keep their own state from [`Engine::probe`] and
+    /// request outcomes; this is one input to it.
     fn ready(&self) -> bool {
         true
+    }
+
+    /// One active health probe (SGLang/vLLM `GET /health`, a sidecar's gRPC health check, …),
+    /// bounded by `timeout`. `Ok` when the engine answered healthy. The default follows
+    /// [`Engine::ready`]. Routers call this periodically; it must not hold any lock.
+    ///
+    /// # Errors
+    /// [`EngineError`] `Unavailable` for an unhealthy answer, a transport failure or a timeout.
+    fn probe(&self, timeout: std::time::Duration) -> ProbeFuture<'_> {
+        let _ = timeout;
+        let ready = self.ready();
+        Box::pin(async move {
+            if ready {
+                Ok(())
+            } else {
+                Err(EngineError::unavailable("engine reports not ready"))
+            }
+        })
     }
 
     /// Start generating for `request`.

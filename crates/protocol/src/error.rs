@@ -88,6 +88,10 @@ pub struct EngineError {
     /// The engine's own error type, when it gave one (e.g. SGLang `err_type`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub err_type: Option<String>,
+    /// The engine's `Retry-After`, in whole seconds, when it sent one (HTTP 429 / 503); relayed
+    /// to the client with the same status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_secs: Option<u32>,
 }
 
 impl EngineError {
@@ -98,6 +102,40 @@ impl EngineError {
             message: message.into(),
             status_code: None,
             err_type: None,
+            retry_after_secs: None,
+        }
+    }
+
+    /// The same error with the engine's HTTP `status` recorded.
+    pub fn with_status(mut self, status: u16) -> Self {
+        self.status_code = Some(status);
+        self
+    }
+
+    /// Whether this failure says the *worker* is unhealthy (as opposed to the request being bad
+    /// or the worker being busy): transport failures (no status), and 5xx answers other than the
+    /// backpressure 503. Routers count only these towards a worker's circuit breaker; 4xx and
+    /// 429 never count.
+    pub fn is_worker_failure(&self) -> bool {
+        match self.kind {
+            ErrorKind::InvalidArgument | ErrorKind::Unsupported | ErrorKind::Cancelled => false,
+            ErrorKind::Overloaded => false,
+            ErrorKind::Unavailable | ErrorKind::StreamIncomplete | ErrorKind::Internal => {
+                !matches!(self.status_code, Some(503) | Some(429) | Some(400..=499))
+            }
+        }
+    }
+
+    /// Whether a router may send the same request to another worker, **provided no output has
+    /// reached the client yet**: connect/send failures and HTTP 502/503/504 (`Unavailable`), and a
+    /// stream that closed before its first item. Never 4xx, 429 or other 5xx.
+    pub fn retry_elsewhere(&self) -> bool {
+        match self.kind {
+            ErrorKind::Unavailable => {
+                matches!(self.status_code, None | Some(502) | Some(503) | Some(504))
+            }
+            ErrorKind::StreamIncomplete => true,
+            _ => false,
         }
     }
 

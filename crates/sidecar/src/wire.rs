@@ -439,6 +439,7 @@ pub fn encode_error(error: EngineError) -> pb::Error {
         message: error.message,
         status_code: error.status_code.map(u32::from),
         err_type: error.err_type,
+        retry_after_secs: error.retry_after_secs,
     }
 }
 
@@ -466,6 +467,7 @@ pub fn decode_error(error: pb::Error) -> Result<EngineError, WireError> {
         message: error.message,
         status_code,
         err_type: error.err_type,
+        retry_after_secs: error.retry_after_secs,
     })
 }
 

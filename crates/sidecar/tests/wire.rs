@@ -220,8 +220,9 @@ prop_compose! {
         message in ".{0,20}",
         status_code in option::of(any::<u16>()),
         err_type in option::of(".{0,8}"),
+        retry_after_secs in option::of(any::<u32>()),
     ) -> EngineError {
-        EngineError { kind, message, status_code, err_type }
+        EngineError { kind, message, status_code, err_type, retry_after_secs }
     }
 }
 

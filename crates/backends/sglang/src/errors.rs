@@ -87,6 +87,8 @@ pub(crate) fn error_response(error: &GenerateError, stream: bool) -> NativeRespo
     }
     let kind = match error {
         GenerateError::Schema { .. } => "Bad Request".to_owned(),
+        // genfront's own machine-readable code for "no worker can take this".
+        GenerateError::NoEngine => error.code().to_owned(),
         _ => status.as_u16().to_string(),
     };
     NativeResponse::json(

@@ -47,7 +47,8 @@ pub(crate) fn error_type(error: &GenerateError) -> &'static str {
         GenerateError::NotFound { .. } => "NotFoundError",
         GenerateError::PayloadTooLarge { .. } => "Request Entity Too Large",
         GenerateError::Overloaded => "Service Unavailable",
-        GenerateError::NoEngine => "ServiceUnavailableError",
+        // genfront's own machine-readable code for "no worker can take this".
+        GenerateError::NoEngine => "no_available_workers",
         GenerateError::Engine(_) => type_for_status(error.status()),
         GenerateError::Internal(_) => "InternalServerError",
     }

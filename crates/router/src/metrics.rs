@@ -1,0 +1,213 @@
+//! The router's metric families. Every family is registered at start-up and every worker's
+//! series is created when the worker is added, so a scrape before the first request already shows
+//! zeros.
+//!
+//! | family | type | labels | what |
+//! |---|---|---|---|
+//! | `genfront_worker_in_flight_requests` | gauge | worker, role | engine requests in flight |
+//! | `genfront_worker_in_flight_tokens` | gauge | worker, role | prompt + requested new tokens in flight |
+//! | `genfront_worker_selections_total` | counter | worker, role | times the policy picked the worker |
+//! | `genfront_worker_state` | gauge | worker, role, state | 1 for the current state, 0 for the others |
+//! | `genfront_worker_breaker_state` | gauge | worker, role | 0 closed, 1 open, 2 half-open |
+//! | `genfront_worker_failures_total` | counter | worker, role | worker failures (transport, 5xx) |
+//! | `genfront_worker_retries_total` | counter | worker, role | requests retried away from the worker |
+//! | `genfront_worker_probe_failures_total` | counter | worker, role | failed health probes |
+//! | `genfront_router_decisions_total` | counter | policy, decision | `hit`, `miss`, `spill`, `pinned`, `repin` |
+//! | `genfront_router_no_worker_total` | counter | role | requests refused for lack of a worker |
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use crate::breaker::BreakerState;
+use crate::worker::{Role, WorkerState};
+
+/// Labels of per-worker families.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WorkerLabels {
+    /// Worker id.
+    pub worker: String,
+    /// `agg`, `prefill` or `decode`.
+    pub role: String,
+}
+
+/// Labels of `genfront_worker_state`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    /// Worker id.
+    pub worker: String,
+    /// `agg`, `prefill` or `decode`.
+    pub role: String,
+    /// State label.
+    pub state: String,
+}
+
+/// Labels of `genfront_router_decisions_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    /// Policy name.
+    pub policy: String,
+    /// What it decided.
+    pub decision: String,
+}
+
+/// Labels of `genfront_router_no_worker_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RoleLabels {
+    /// `agg`, `prefill` or `decode`.
+    pub role: String,
+}
+
+/// The router's families (cheap to clone: every family is an `Arc` inside).
+#[derive(Debug, Clone, Default)]
+pub struct RouterMetrics {
+    in_flight: Family<WorkerLabels, Gauge>,
+    in_flight_tokens: Family<WorkerLabels, Gauge>,
+    selections: Family<WorkerLabels, Counter>,
+    state: Family<StateLabels, Gauge>,
+    breaker: Family<WorkerLabels, Gauge>,
+    failures: Family<WorkerLabels, Counter>,
+    retries: Family<WorkerLabels, Counter>,
+    probe_failures: Family<WorkerLabels, Counter>,
+    decisions: Family<DecisionLabels, Counter>,
+    no_worker: Family<RoleLabels, Counter>,
+}
+
+impl RouterMetrics {
+    /// Register every family in `registry` (names get the registry's prefix, if any).
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "worker_in_flight_requests",
+            "Engine requests in flight per worker",
+            self.in_flight.clone(),
+        );
+        registry.register(
+            "worker_in_flight_tokens",
+            "Prompt plus requested new tokens in flight per worker",
+            self.in_flight_tokens.clone(),
+        );
+        registry.register(
+            "worker_selections",
+            "Times the routing policy picked the worker",
+            self.selections.clone(),
+        );
+        registry.register(
+            "worker_state",
+            "1 for the worker's current state (connecting, ready, unhealthy, draining, paused)",
+            self.state.clone(),
+        );
+        registry.register(
+            "worker_breaker_state",
+            "Circuit breaker: 0 closed, 1 open, 2 half-open",
+            self.breaker.clone(),
+        );
+        registry.register(
+            "worker_failures",
+            "Worker failures (transport errors, 5xx other than 503) seen on requests",
+            self.failures.clone(),
+        );
+        registry.register(
+            "worker_retries",
+            "Requests retried on another worker after failing on this one before any output",
+            self.retries.clone(),
+        );
+        registry.register(
+            "worker_probe_failures",
+            "Failed active health probes",
+            self.probe_failures.clone(),
+        );
+        registry.register(
+            "router_decisions",
+            "Routing policy decisions (hit, miss, spill, pinned, repin)",
+            self.decisions.clone(),
+        );
+        registry.register(
+            "router_no_worker",
+            "Requests refused because no worker of the role could take them",
+            self.no_worker.clone(),
+        );
+        for role in [Role::Aggregated, Role::Prefill, Role::Decode] {
+            self.no_worker(role);
+        }
+    }
+
+    pub(crate) fn worker(&self, worker: &str, role: Role) -> WorkerHandles {
+        let l = WorkerLabels {
+            worker: worker.to_owned(),
+            role: role.label().to_owned(),
+        };
+        let states = WorkerState::ALL.map(|s| {
+            self.state
+                .get_or_create(&StateLabels {
+                    worker: worker.to_owned(),
+                    role: role.label().to_owned(),
+                    state: s.label().to_owned(),
+                })
+                .clone()
+        });
+        WorkerHandles {
+            in_flight: self.in_flight.get_or_create(&l).clone(),
+            in_flight_tokens: self.in_flight_tokens.get_or_create(&l).clone(),
+            selections: self.selections.get_or_create(&l).clone(),
+            states,
+            breaker: self.breaker.get_or_create(&l).clone(),
+            failures: self.failures.get_or_create(&l).clone(),
+            retries: self.retries.get_or_create(&l).clone(),
+            probe_failures: self.probe_failures.get_or_create(&l).clone(),
+        }
+    }
+
+    pub(crate) fn decision(&self, policy: &'static str, decision: &'static str) {
+        self.decisions
+            .get_or_create(&DecisionLabels {
+                policy: policy.to_owned(),
+                decision: decision.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Pre-create the decision series a policy can produce.
+    pub(crate) fn declare_decisions(&self, policy: &'static str, decisions: &[&'static str]) {
+        for d in decisions {
+            let _ = self.decisions.get_or_create(&DecisionLabels {
+                policy: policy.to_owned(),
+                decision: (*d).to_owned(),
+            });
+        }
+    }
+
+    pub(crate) fn no_worker(&self, role: Role) -> Counter {
+        self.no_worker
+            .get_or_create(&RoleLabels {
+                role: role.label().to_owned(),
+            })
+            .clone()
+    }
+}
+
+/// One worker's series, resolved once.
+#[derive(Debug, Clone)]
+pub(crate) struct WorkerHandles {
+    pub(crate) in_flight: Gauge,
+    pub(crate) in_flight_tokens: Gauge,
+    pub(crate) selections: Counter,
+    states: [Gauge; 5],
+    breaker: Gauge,
+    pub(crate) failures: Counter,
+    pub(crate) retries: Counter,
+    pub(crate) probe_failures: Counter,
+}
+
+impl WorkerHandles {
+    pub(crate) fn set_state(&self, state: WorkerState) {
+        for (s, g) in WorkerState::ALL.iter().zip(&self.states) {
+            g.set(i64::from(*s == state));
+        }
+    }
+
+    pub(crate) fn set_breaker(&self, state: BreakerState) {
+        self.breaker.set(state.gauge());
+    }
+}
