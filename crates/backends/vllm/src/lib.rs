@@ -76,11 +76,13 @@
 //! - top-level `kv_transfer_params` → `handoff`; the native chunk (for unary: the body with that
 //!   one choice) → `engine_data`, which the vLLM format passes through.
 //!
-//! Errors: HTTP 4xx → `InvalidArgument` with vLLM's message, `status_code` and `err_type`
-//! (`error.type`), so a 404 unknown model stays a 404; 401/403 → `Internal` (genfront's
-//! credentials or vLLM's flags are wrong, not the client); 429 → `Overloaded`; 502/503/504 and
-//! connection failures → `Unavailable`; other 5xx → `Internal`. `{"error": …}` events inside a
-//! stream map the same way by their `code`. A stream that ends (or breaks) before every choice
+//! Errors: HTTP statuses map by the shared transport's one table (`genfront-engine-http`): 4xx
+//! → `InvalidArgument` with vLLM's message, `status_code` and `err_type` (`error.type`), so a 404
+//! unknown model (with vLLM's envelope) stays a 404, while a 404/405 without it (route not
+//! served) is `Internal`; 401/403 → `Internal` (genfront's credentials or vLLM's flags are wrong,
+//! not the client); 429 → `Overloaded` with `Retry-After`; 502/503/504 and connection failures →
+//! `Unavailable`; other 5xx → `Internal`. `{"error": …}` events inside a stream map the same way
+//! by their `code`. A stream that ends (or breaks) before every choice
 //! finished → `StreamIncomplete`; a chunk that breaks the contract (unknown choice, output after
 //! a finish, not JSON) → `Internal`. No upstream bytes can make the client panic.
 //!

@@ -37,16 +37,20 @@ fn stream_options() -> Value {
 /// Whether the request needs a field only vLLM's unary body carries: prompt logprobs
 /// (`prompt_logprobs`, `prompt_token_id_logprobs`) or the P/D prefill leg's returned
 /// `kv_transfer_params` (`do_remote_decode: true`).
+///
+/// Decided on typed fields, except `prompt_logprob_token_ids`, which has no typed counterpart
+/// (`OutputOptions::token_ids_logprobs` covers the prompt side only with prompt logprobs on), so
+/// a vLLM-format client's native body is read for it.
 fn needs_unary(request: &EngineRequest) -> bool {
     let sampling = request.native.body.get("sampling_params");
     let native_prompt_ids = request.native.format == FORMAT_NAME
         && sampling
             .and_then(|s| s.get("prompt_logprob_token_ids"))
             .is_some_and(|v| !v.is_null());
+    // The typed hand-off (the vLLM projection carries `kv_transfer_params` there).
     let prefill_leg = request
         .handoff
         .as_ref()
-        .or_else(|| request.native.body.get("kv_transfer_params"))
         .and_then(|h| h.get("do_remote_decode"))
         .and_then(Value::as_bool)
         .unwrap_or(false);

@@ -2,31 +2,29 @@
 //! `/inference/v1/generate` (the rules are in the crate docs).
 //!
 //! Layout: `body` (request → upstream body), `run` (the output stream: send, read, cancel),
-//! `sse` (event splitter), `decode` (chunks → deltas), `errors` (failures → [`EngineError`]).
+//! `decode` (chunks → deltas), `errors` (error events → [`EngineError`]). The HTTP transport
+//! (client, SSE splitting, upstream status → [`EngineError`], probes, abort-on-drop, cancel
+//! grace) is `genfront-engine-http`'s.
 
 mod body;
 mod decode;
 mod errors;
 mod run;
-mod sse;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use genfront_protocol::{Engine, EngineError, EngineInfo, EngineRequest, OutputStream};
-use http::HeaderMap;
-use http::header::{AUTHORIZATION, HeaderValue};
+use genfront_engine_http::ClientOptions;
+use genfront_protocol::{
+    Engine, EngineError, EngineInfo, EngineRequest, ErrorKind, OutputStream, ProbeFuture,
+};
 use serde_json::Value;
-use tokio_util::sync::{CancellationToken, DropGuard};
+use tokio_util::sync::CancellationToken;
 
 pub use decode::CANCELLED_MESSAGE;
 
 use crate::GENERATE_PATH;
 use crate::abort::ABORT_PATH;
-
-/// How long one `/health` probe may take.
-const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Facts about the vLLM server that `GET /v1/models` does not report, and client settings.
 ///
@@ -58,9 +56,6 @@ pub struct VllmEngineOptions {
     pub connect_timeout: Duration,
     /// Time allowed for [`VllmEngine::connect`]'s `GET /v1/models`. Default 10 s.
     pub handshake_timeout: Duration,
-    /// Period of the background `GET /health` probe behind [`Engine::ready`]; `None` disables it.
-    /// Default 5 s.
-    pub health_interval: Option<Duration>,
     /// After `cancel` fires, how long to wait for vLLM's `"abort"` finishes (which carry the
     /// tokens produced meanwhile) before making up `Cancelled` items. Capped at 2 s.
     /// Default 2 s.
@@ -80,7 +75,6 @@ impl Default for VllmEngineOptions {
             api_key: None,
             connect_timeout: Duration::from_secs(5),
             handshake_timeout: Duration::from_secs(10),
-            health_interval: Some(Duration::from_secs(5)),
             cancel_grace: Duration::from_secs(2),
         }
     }
@@ -96,12 +90,10 @@ pub const MAX_CANCEL_GRACE: Duration = Duration::from_secs(2);
 /// - [`Engine::generate`] returns at once; the HTTP call starts on the stream's first poll.
 ///   Dropping the stream, or firing `cancel`, aborts the request at vLLM (see the crate docs,
 ///   "Engine client: cancellation").
-/// - [`Engine::ready`] is a cached flag, never a network call: true after `connect`; a background
-///   `GET /health` probe (every [`VllmEngineOptions::health_interval`]) sets it to whether vLLM
-///   answered 2xx; a generate call that cannot connect, or that vLLM answers 502/503/504, clears
-///   it; any other answer sets it. The probe stops when the last clone is dropped.
+/// - [`Engine::probe`] is one `GET /health` (2xx → healthy); there is no background probe, the
+///   router calls it and owns worker state. [`Engine::ready`] is always true.
 ///
-/// Cheap to clone: clones share the HTTP connection pool and the ready flag.
+/// Cheap to clone: clones share the HTTP connection pool.
 #[derive(Clone)]
 pub struct VllmEngine {
     inner: Arc<Inner>,
@@ -111,9 +103,8 @@ struct Inner {
     base_url: String,
     info: EngineInfo,
     lora_adapters: Vec<String>,
+    health_url: String,
     shared: run::Shared,
-    /// Stops the health probe when the last clone is dropped.
-    _health: Option<DropGuard>,
 }
 
 impl std::fmt::Debug for VllmEngine {
@@ -121,7 +112,6 @@ impl std::fmt::Debug for VllmEngine {
         f.debug_struct("VllmEngine")
             .field("base_url", &self.inner.base_url)
             .field("model", &self.inner.info.model)
-            .field("ready", &self.ready())
             .finish_non_exhaustive()
     }
 }
@@ -130,7 +120,7 @@ impl std::fmt::Debug for VllmEngine {
 
 impl VllmEngine {
     /// Connect to the vLLM server at `base_url` (`http://host:port`, or `host:port`; no TLS),
-    /// read `GET /v1/models` and start the health probe. Must run inside a tokio runtime.
+    /// and read `GET /v1/models`.
     ///
     /// From `/v1/models`: the cards without a `parent` are the served names (the first is
     /// [`EngineInfo::model`], the others [`EngineInfo::model_aliases`]) and the first one's
@@ -143,36 +133,34 @@ impl VllmEngine {
     /// key) and for a model list genfront cannot use.
     pub async fn connect(base_url: &str, options: VllmEngineOptions) -> Result<Self, EngineError> {
         let base_url = normalise_base(base_url)?;
-        let mut headers = HeaderMap::new();
-        if let Some(key) = &options.api_key {
-            let mut value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
-                EngineError::invalid_argument("the vLLM API key is not a valid header value")
-            })?;
-            value.set_sensitive(true);
-            headers.insert(AUTHORIZATION, value);
-        }
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .connect_timeout(options.connect_timeout)
-            .tcp_nodelay(true)
-            .default_headers(headers)
-            .build()
-            .map_err(|e| EngineError::internal(format!("building the HTTP client: {e}")))?;
+        let http = genfront_engine_http::build_client(
+            "vLLM",
+            &ClientOptions {
+                connect_timeout: options.connect_timeout,
+                api_key: options.api_key.clone(),
+            },
+        )?;
 
         let models_url = format!("{base_url}/v1/models");
         let answer = tokio::time::timeout(options.handshake_timeout, async {
-            let response = http.get(&models_url).send().await.map_err(|e| {
-                EngineError::unavailable(format!("vLLM {models_url}: {}", run::chain(&e)))
-            })?;
+            let what = format!("vLLM {models_url}");
+            let response = http
+                .get(&models_url)
+                .send()
+                .await
+                .map_err(|e| genfront_engine_http::send_error(&what, &e))?;
             let status = response.status();
-            let body = response.bytes().await.map_err(|e| {
-                EngineError::unavailable(format!("vLLM {models_url}: {}", run::chain(&e)))
-            })?;
+            let headers = response.headers().clone();
+            let body = response
+                .bytes()
+                .await
+                .map_err(|e| genfront_engine_http::send_error(&what, &e))?;
             if !status.is_success() {
-                let mut error = errors::status_error(status.as_u16(), &body);
+                let mut error =
+                    genfront_engine_http::status_error("vLLM", status.as_u16(), &headers, &body);
                 if error.is_public() {
                     // A 4xx here is genfront's fault, not a client's.
-                    error.kind = genfront_protocol::ErrorKind::Internal;
+                    error.kind = ErrorKind::Internal;
                 }
                 return Err(error);
             }
@@ -207,32 +195,19 @@ impl VllmEngine {
             sampling_mask: options.sampling_mask,
         };
 
-        let ready = Arc::new(AtomicBool::new(true));
-        let health = options.health_interval.map(|interval| {
-            let stop = CancellationToken::new();
-            tokio::spawn(watch_health(
-                http.clone(),
-                format!("{base_url}/health"),
-                Arc::clone(&ready),
-                interval,
-                stop.clone(),
-            ));
-            stop.drop_guard()
-        });
         let shared = run::Shared {
             http,
             generate_url: Arc::from(format!("{base_url}{GENERATE_PATH}")),
             abort_url: Arc::from(format!("{base_url}{ABORT_PATH}")),
-            ready,
             grace: options.cancel_grace.min(MAX_CANCEL_GRACE),
         };
         Ok(Self {
             inner: Arc::new(Inner {
+                health_url: format!("{base_url}/health"),
                 base_url,
                 info,
                 lora_adapters: models.loras,
                 shared,
-                _health: health,
             }),
         })
     }
@@ -254,9 +229,13 @@ impl Engine for VllmEngine {
         &self.inner.info
     }
 
-    /// The cached flag described on [`VllmEngine`]; no network call.
-    fn ready(&self) -> bool {
-        self.inner.shared.ready.load(Ordering::Relaxed)
+    /// `GET /health` within `timeout`.
+    fn probe(&self, timeout: Duration) -> ProbeFuture<'_> {
+        Box::pin(genfront_engine_http::probe(
+            &self.inner.shared.http,
+            &self.inner.health_url,
+            timeout,
+        ))
     }
 
     /// Build the vLLM body now (an unsupported request yields one `Unsupported` error); send it
@@ -332,29 +311,6 @@ fn served_models(body: &Value) -> Result<ServedModels, EngineError> {
         loras,
         max_model_len,
     })
-}
-
-/// Keep `ready` equal to whether `GET /health` answers 2xx, probing every `interval`, until
-/// `stop` fires.
-async fn watch_health(
-    http: reqwest::Client,
-    url: String,
-    ready: Arc<AtomicBool>,
-    interval: Duration,
-    stop: CancellationToken,
-) {
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => return,
-            () = tokio::time::sleep(interval) => {}
-        }
-        let probe = tokio::time::timeout(HEALTH_TIMEOUT, http.get(&url).send());
-        let healthy = tokio::select! {
-            () = stop.cancelled() => return,
-            answer = probe => matches!(answer, Ok(Ok(r)) if r.status().is_success()),
-        };
-        ready.store(healthy, Ordering::Relaxed);
-    }
 }
 
 #[cfg(test)]

@@ -3,25 +3,20 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use genfront_engine_http::{AbortCall, AbortGuard, CancelGrace, GraceWake, SseSplitter, chain};
 use genfront_protocol::{EngineError, ErrorKind, OutputStream};
 use http::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::body::Upstream;
 use super::decode::{Decoder, Flow, Item};
-use super::errors::status_error;
-use super::sse::SseSplitter;
 use crate::project::REQUEST_ID_PREFIX;
 
 /// Largest SSE event, unary body or error body accepted from vLLM (routed experts of a long
 /// prompt ride on one event).
 pub(crate) const MAX_BODY_BYTES: usize = 512 << 20;
-/// Largest error body read before giving up on its text.
-const MAX_ERROR_BODY: usize = 64 << 10;
 /// Time allowed for one `abort_requests` call.
 const ABORT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -31,50 +26,7 @@ pub(crate) struct Shared {
     pub http: reqwest::Client,
     pub generate_url: Arc<str>,
     pub abort_url: Arc<str>,
-    pub ready: Arc<AtomicBool>,
     pub grace: Duration,
-}
-
-/// Sends `POST /inference/v1/abort_requests` for one request when fired or dropped armed.
-struct AbortGuard {
-    http: reqwest::Client,
-    url: Arc<str>,
-    /// `generate-tokens-<dispatch id>`.
-    native_id: String,
-    armed: bool,
-}
-
-impl AbortGuard {
-    /// Fire-and-forget the abort call (on the current tokio runtime, if any), once.
-    fn fire(&mut self) {
-        if !std::mem::take(&mut self.armed) {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            // No runtime: the dropped connection is the abort (vLLM aborts on disconnect).
-            return;
-        };
-        let call = self
-            .http
-            .post(&*self.url)
-            .timeout(ABORT_TIMEOUT)
-            .json(&serde_json::json!({ "request_ids": [self.native_id] }))
-            .send();
-        runtime.spawn(async move {
-            // Fire-and-forget: vLLM answers an empty 200; a failure leaves the disconnect abort.
-            let _ = call.await;
-        });
-    }
-
-    fn disarm(&mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for AbortGuard {
-    fn drop(&mut self) {
-        self.fire();
-    }
 }
 
 enum Phase {
@@ -92,8 +44,11 @@ struct Run {
     phase: Phase,
     decoder: Decoder,
     cancel: CancellationToken,
-    /// Set when `cancel` fired: how long to wait for vLLM's `"abort"` finishes.
-    deadline: Option<Instant>,
+    /// Started when `cancel` fired: how long to wait for vLLM's `"abort"` finishes.
+    grace: CancelGrace,
+    /// `POST /inference/v1/abort_requests {"request_ids": ["generate-tokens-<dispatch id>"]}`,
+    /// armed once the request is sent; sent when fired or dropped armed. Without a runtime the
+    /// dropped connection is the abort (vLLM aborts on disconnect).
     abort: AbortGuard,
     queue: VecDeque<Item>,
 }
@@ -105,19 +60,19 @@ pub(crate) fn stream(
     decoder: Decoder,
     cancel: CancellationToken,
 ) -> OutputStream {
-    let abort = AbortGuard {
-        http: shared.http.clone(),
-        url: Arc::clone(&shared.abort_url),
-        native_id: format!("{REQUEST_ID_PREFIX}{}", upstream.request_id),
-        // Armed once the request is sent.
-        armed: false,
-    };
+    let native_id = format!("{REQUEST_ID_PREFIX}{}", upstream.request_id);
+    let abort = AbortGuard::new(AbortCall::new(
+        shared.http.clone(),
+        Arc::clone(&shared.abort_url),
+        &serde_json::json!({ "request_ids": [native_id] }),
+        ABORT_TIMEOUT,
+    ));
     let run = Run {
+        grace: CancelGrace::new(shared.grace),
         shared,
         phase: Phase::Start(Box::new(upstream)),
         decoder,
         cancel,
-        deadline: None,
         abort,
         queue: VecDeque::new(),
     };
@@ -160,7 +115,8 @@ impl Run {
     fn on_cancel(&mut self) {
         self.decoder.set_cancelled();
         self.abort.fire();
-        self.deadline = Some(Instant::now() + self.shared.grace);
+        self.abort.disarm();
+        self.grace.start();
     }
 
     /// The grace period is over (or the body broke after a cancel): made-up `Cancelled` items.
@@ -202,7 +158,7 @@ impl Run {
         }
         let unary = upstream.unary;
         let call = call.body(upstream.body).send();
-        self.abort.armed = true;
+        self.abort.arm();
         let response = tokio::select! {
             biased;
             () = self.cancel.cancelled() => {
@@ -216,45 +172,37 @@ impl Run {
             Ok(r) => r,
             Err(e) => {
                 if e.is_connect() {
-                    self.shared.ready.store(false, Ordering::Relaxed);
                     self.abort.disarm();
                 }
-                self.queue.push_back(Err(EngineError::unavailable(format!(
-                    "vLLM {}: {}",
-                    self.shared.generate_url,
-                    chain(&e)
-                ))));
+                self.queue.push_back(Err(genfront_engine_http::send_error(
+                    &format!("vLLM {}", self.shared.generate_url),
+                    &e,
+                )));
                 return;
             }
         };
-        self.shared.ready.store(true, Ordering::Relaxed);
-        let status = response.status();
-        if !status.is_success() {
+        if !response.status().is_success() {
             // Not admitted: nothing runs at the engine.
             self.abort.disarm();
-            let body = read_error_body(response).await;
-            let error = status_error(status.as_u16(), &body);
-            if matches!(error.kind, ErrorKind::Unavailable) {
-                self.shared.ready.store(false, Ordering::Relaxed);
-            }
+            let error = genfront_engine_http::error_from_response("vLLM", response).await;
             self.queue.push_back(Err(error));
             return;
         }
         self.phase = if unary {
             Phase::Unary(response, Vec::new())
         } else {
-            Phase::Stream(response, SseSplitter::new(MAX_BODY_BYTES))
+            Phase::Stream(response, SseSplitter::with_limit(MAX_BODY_BYTES))
         };
     }
 
     /// Wait for the next body chunk, the cancel token or the grace deadline.
     async fn next_chunk(&mut self, response: &mut reqwest::Response) -> Next {
-        let deadline = self.deadline;
-        let cancel_armed = deadline.is_none();
         tokio::select! {
             biased;
-            () = self.cancel.cancelled(), if cancel_armed => Next::Cancelled,
-            () = sleep_until(deadline) => Next::Deadline,
+            wake = self.grace.wait(&self.cancel) => match wake {
+                GraceWake::Cancelled => Next::Cancelled,
+                GraceWake::Expired => Next::Deadline,
+            },
             chunk = response.chunk() => match chunk {
                 Ok(Some(bytes)) => Next::Bytes(bytes),
                 Ok(None) => Next::End,
@@ -271,23 +219,27 @@ impl Run {
             }
             Next::Deadline => self.give_up(),
             Next::Bytes(bytes) => {
-                let mut events = Vec::new();
-                let pushed = sse.push(&bytes, &mut events);
-                for event in &events {
-                    let flow = self.decoder.on_event(event, &mut self.queue);
-                    self.finish(flow);
-                    if flow == Flow::Done {
-                        return;
+                sse.push(&bytes);
+                loop {
+                    match sse.next_event() {
+                        Ok(Some(event)) => {
+                            let flow = self.decoder.on_event(&event, &mut self.queue);
+                            self.finish(flow);
+                            if flow == Flow::Done {
+                                return;
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(too_large) => {
+                            self.queue.push_back(Err(EngineError::internal(format!(
+                                "vLLM sent an SSE event larger than {} bytes",
+                                too_large.limit
+                            ))));
+                            return;
+                        }
                     }
                 }
-                if let Err(too_large) = pushed {
-                    self.queue.push_back(Err(EngineError::internal(format!(
-                        "vLLM sent an SSE event larger than {} bytes",
-                        too_large.limit
-                    ))));
-                    return;
-                }
-                if self.deadline.is_some() && self.decoder.all_finished() {
+                if self.grace.started() && self.decoder.all_finished() {
                     // Cancelled and every choice has its finish: no need to wait for [DONE].
                     let flow = self.decoder.end(&mut self.queue, "after the cancellation");
                     self.finish(flow);
@@ -330,7 +282,7 @@ impl Run {
 
     /// The body broke mid-way.
     fn broken(&mut self, why: &str) {
-        if self.deadline.is_some() {
+        if self.grace.started() {
             self.give_up();
             return;
         }
@@ -350,39 +302,4 @@ enum Next {
     Bytes(bytes::Bytes),
     End,
     Broken(String),
-}
-
-/// Sleep until `deadline`, or forever without one.
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Read at most [`MAX_ERROR_BODY`] bytes of an error answer.
-async fn read_error_body(mut response: reqwest::Response) -> Vec<u8> {
-    let mut body = Vec::new();
-    let read = async {
-        while let Ok(Some(chunk)) = response.chunk().await {
-            body.extend_from_slice(&chunk);
-            if body.len() >= MAX_ERROR_BODY {
-                break;
-            }
-        }
-    };
-    let _ = tokio::time::timeout(Duration::from_secs(10), read).await;
-    body
-}
-
-/// `error` and its sources, joined with `: `.
-pub(crate) fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        text.push_str(": ");
-        text.push_str(&e.to_string());
-        source = e.source();
-    }
-    text
 }

@@ -3,10 +3,10 @@
 use std::time::Duration;
 
 use genfront_protocol::{Engine, ErrorKind};
-use genfront_vllm::{VllmEngine, VllmEngineOptions};
+use genfront_vllm::VllmEngine;
 use serde_json::json;
 
-use crate::support::{engine, eventually, options, serve};
+use crate::support::{engine, options, serve};
 
 // === connect and readiness ===
 
@@ -68,20 +68,23 @@ async fn connect_failures_are_typed() {
 }
 
 #[tokio::test]
-async fn ready_follows_the_health_probe() {
+async fn probe_follows_get_health() {
     let (fake, addr) = serve().await;
-    let engine = VllmEngine::connect(
-        &addr.to_string(),
-        VllmEngineOptions {
-            health_interval: Some(Duration::from_millis(20)),
-            ..options()
-        },
-    )
-    .await
-    .expect("connect");
-    assert!(engine.ready());
+    let engine = VllmEngine::connect(&addr.to_string(), options())
+        .await
+        .expect("connect");
+    let probe = || engine.probe(Duration::from_secs(5));
+    assert_eq!(probe().await, Ok(()));
     fake.lock().health = 503;
-    eventually("not ready", || !engine.ready()).await;
+    let err = probe().await.expect_err("503");
+    assert_eq!(
+        (err.kind, err.status_code),
+        (ErrorKind::Unavailable, Some(503))
+    );
+    assert!(
+        engine.ready(),
+        "readiness is the router's, not the client's"
+    );
     fake.lock().health = 200;
-    eventually("ready again", || engine.ready()).await;
+    assert_eq!(probe().await, Ok(()));
 }

@@ -58,7 +58,10 @@ async fn http_errors_are_typed() {
     ))
     .await;
     assert_eq!(e.kind, ErrorKind::Unavailable);
-    assert!(!engine.ready(), "a 503 clears the ready flag");
+    assert!(
+        engine.ready(),
+        "request outcomes leave readiness to the router"
+    );
     for (status, body) in [
         (
             500,
@@ -104,13 +107,15 @@ async fn an_engine_that_went_away_is_unavailable() {
         .await
         .expect("connect");
     server.await.expect("server");
-    assert!(engine.ready());
     let items = run(&engine, request(&engine, json!({}))).await;
-    assert_eq!(last_error(&items).kind, ErrorKind::Unavailable);
-    assert!(
-        !engine.ready(),
-        "a refused connection clears the ready flag"
-    );
+    let error = last_error(&items);
+    assert_eq!(error.kind, ErrorKind::Unavailable);
+    assert!(error.message.contains("could not be reached"), "{error:?}");
+    let probe = engine
+        .probe(Duration::from_secs(2))
+        .await
+        .expect_err("gone");
+    assert_eq!(probe.kind, ErrorKind::Unavailable);
 }
 
 #[tokio::test]

@@ -227,7 +227,6 @@ pub(crate) fn options() -> VllmEngineOptions {
         eos_token_ids: vec![2],
         routed_experts: true,
         sampling_mask: true,
-        health_interval: None,
         cancel_grace: Duration::from_millis(300),
         ..VllmEngineOptions::default()
     }

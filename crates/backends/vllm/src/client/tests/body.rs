@@ -121,10 +121,17 @@ fn prompt_logprobs_and_prefill_legs_go_unary() {
         {"prompt_logprob_token_ids": [[1]]}}));
     assert!(built(request).0.unary);
 
-    let request = native(
-        json!({"token_ids": [1], "sampling_params": {"max_tokens": 1},
-        "kv_transfer_params": {"do_remote_decode": true, "do_remote_prefill": false}}),
+    // The prefill leg is read from the typed hand-off (where the vLLM projection puts
+    // `kv_transfer_params`), not from the native body.
+    let kv = json!({"do_remote_decode": true, "do_remote_prefill": false});
+    let mut request = native(
+        json!({"token_ids": [1], "sampling_params": {"max_tokens": 1}, "kv_transfer_params": kv}),
     );
+    assert!(
+        !built(request.clone()).0.unary,
+        "the native body alone decides nothing"
+    );
+    request.handoff = Some(kv);
     assert!(built(request).0.unary);
     // The decode leg streams.
     let mut request = native(json!({"token_ids": [1], "sampling_params": {}}));

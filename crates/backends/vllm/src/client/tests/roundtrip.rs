@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use crate::VllmFormat;
 use crate::client::body;
 use crate::client::decode::{CANCELLED_MESSAGE, Decoder, Flow, Item};
-use crate::client::sse::SseSplitter;
+use genfront_engine_http::SseSplitter;
 
 const VOCAB: u32 = 1000;
 
@@ -338,15 +338,14 @@ fn stream_round_trip(s: &Scenario) -> (Vec<EngineOutput>, Vec<EngineOutput>) {
         dec.set_cancelled();
     }
     let mut queue = VecDeque::new();
-    let mut sse = SseSplitter::new(1 << 20);
+    let mut sse = SseSplitter::with_limit(1 << 20);
     let mut rest = wire.as_slice();
     let mut done = false;
     for cut in s.splits.iter().copied().chain(std::iter::once(usize::MAX)) {
         let (chunk, tail) = rest.split_at(cut.min(rest.len()));
         rest = tail;
-        let mut data = Vec::new();
-        sse.push(chunk, &mut data).expect("small events");
-        for event in data {
+        sse.push(chunk);
+        while let Some(event) = sse.next_event().expect("small events") {
             assert!(!done, "nothing after [DONE]");
             done = dec.on_event(&event, &mut queue) == Flow::Done;
         }
