@@ -11,7 +11,7 @@
 //! - **The mapping** between the engine contract and the wire ([`wire`]): lossless for every
 //!   value, floats bit for bit, JSON with its 64-bit integers and key order.
 //! - **The server** ([`SidecarServer`], [`serve`]) with the standard `grpc.health.v1` service
-//!   (SERVING while [`genfront_protocol::Engine::ready`]).
+//!   (SERVING while [`genfront_protocol::Engine::probe`] succeeds).
 //! - **The client** ([`RemoteEngine`]).
 //!
 //! **Cancellation crosses the hop**: dropping a [`RemoteEngine`] stream, or firing its

@@ -11,7 +11,7 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use genfront_protocol::{
     Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, ErrorKind, FinishReason,
-    OutputStream, Usage,
+    OutputStream, ProbeFuture, Usage,
 };
 use tokio_util::sync::{CancellationToken, DropGuard, WaitForCancellationFutureOwned};
 use tonic::transport::{Channel, Endpoint};
@@ -57,6 +57,8 @@ const WATCH_BACKOFF_MAX: Duration = Duration::from_secs(1);
 ///   true while the sidecar reports SERVING, false while it reports otherwise or the watch is
 ///   down (connection lost; re-established with backoff, 100 ms to 1 s). The task stops when the
 ///   last clone of the engine is dropped.
+/// - [`Engine::probe`] is one `grpc.health.v1` `Check` RPC bounded by the timeout (SERVING →
+///   `Ok`); the sidecar answers it with a probe of its engine, so it is an end-to-end check.
 ///
 /// Cheap to clone; clones share the connection and the health state.
 #[derive(Clone)]
@@ -68,6 +70,7 @@ struct Inner {
     uri: Arc<str>,
     info: EngineInfo,
     client: EngineServiceClient<Channel>,
+    health: HealthClient<Channel>,
     ready: Arc<AtomicBool>,
     /// Stops the health watch when the last clone is dropped.
     _health: DropGuard,
@@ -125,13 +128,18 @@ impl RemoteEngine {
             })??;
         let ready = Arc::new(AtomicBool::new(serving));
         let stop = CancellationToken::new();
-        tokio::spawn(watch_health(health, Arc::clone(&ready), stop.clone()));
+        tokio::spawn(watch_health(
+            health.clone(),
+            Arc::clone(&ready),
+            stop.clone(),
+        ));
 
         Ok(Self {
             inner: Arc::new(Inner {
                 uri: Arc::from(uri),
                 info,
                 client,
+                health,
                 ready,
                 _health: stop.drop_guard(),
             }),
@@ -152,6 +160,31 @@ impl Engine for RemoteEngine {
     /// The sidecar's last health status (see the type's docs); no RPC.
     fn ready(&self) -> bool {
         self.inner.ready.load(Ordering::Relaxed)
+    }
+
+    /// One health `Check` of the sidecar within `timeout`.
+    fn probe(&self, timeout: Duration) -> ProbeFuture<'_> {
+        let mut health = self.inner.health.clone();
+        let uri = Arc::clone(&self.inner.uri);
+        Box::pin(async move {
+            let mut request = tonic::Request::new(health_request());
+            request.set_timeout(timeout);
+            match tokio::time::timeout(timeout, health.check(request)).await {
+                Ok(Ok(r)) if r.get_ref().status == ServingStatus::Serving as i32 => Ok(()),
+                Ok(Ok(r)) => Err(EngineError::unavailable(format!(
+                    "sidecar {uri}: health status {:?}",
+                    r.get_ref().status()
+                ))),
+                Ok(Err(status)) => Err(EngineError::unavailable(format!(
+                    "sidecar {uri}: health check failed: {} ({})",
+                    status.message(),
+                    status.code()
+                ))),
+                Err(_) => Err(EngineError::unavailable(format!(
+                    "sidecar {uri}: no health answer within {timeout:?}"
+                ))),
+            }
+        })
     }
 
     fn generate(&self, request: EngineRequest, cancel: CancellationToken) -> OutputStream {

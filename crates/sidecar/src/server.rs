@@ -77,19 +77,21 @@ pub async fn serve(
 // === impl SidecarServer ===
 
 impl SidecarServer {
-    /// A server for `engine` with defaults: health watches poll [`Engine::ready`] every 500 ms,
+    /// A server for `engine` with defaults: health watches probe the engine
+    /// ([`Engine::probe`]) every second,
     /// shutdown waits up to 5 s for connections to drain, HTTP/2 keepalive pings every 10 s (a
     /// peer that does not answer within 10 s is dropped, and its requests aborted).
     pub fn new(engine: Arc<dyn Engine>) -> Self {
         Self {
             engine,
-            health_poll_interval: Duration::from_millis(500),
+            health_poll_interval: Duration::from_secs(1),
             drain_timeout: Duration::from_secs(5),
             http2_keepalive: Duration::from_secs(10),
         }
     }
 
-    /// How often a health watch re-reads [`Engine::ready`] (a check reads it on every call).
+    /// How often a health watch probes the engine ([`Engine::probe`]; a check probes it on every
+    /// call).
     #[must_use]
     pub fn health_poll_interval(mut self, interval: Duration) -> Self {
         self.health_poll_interval = interval.max(Duration::from_millis(1));
@@ -293,9 +295,14 @@ impl Drop for ServeStream {
 
 // === impl EngineHealth ===
 
-/// `grpc.health.v1.Health` backed directly by [`Engine::ready`] (instead of tonic-health's
-/// `HealthReporter`): a check reads the engine's state at once, and watches end on shutdown, so
-/// they never hold the server's graceful shutdown open.
+/// Time allowed for one engine probe behind a health check or watch.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `grpc.health.v1.Health` backed directly by [`Engine::probe`] (instead of tonic-health's
+/// `HealthReporter`): a check probes the engine at once (bounded by [`PROBE_TIMEOUT`]), so a
+/// frontend's periodic check of the sidecar is a health check of the engine behind it; watches
+/// probe every poll interval and end on shutdown, so they never hold the server's graceful
+/// shutdown open.
 struct EngineHealth {
     engine: Arc<dyn Engine>,
     shutdown: CancellationToken,
@@ -303,8 +310,9 @@ struct EngineHealth {
 }
 
 impl EngineHealth {
-    /// The status of `service`, or `None` for a service this server does not serve.
-    fn status(
+    /// The status of `service` (one engine probe), or `None` for a service this server does not
+    /// serve.
+    async fn status(
         engine: &dyn Engine,
         shutdown: &CancellationToken,
         service: &str,
@@ -312,7 +320,14 @@ impl EngineHealth {
         if !service.is_empty() && service != ENGINE_SERVICE_NAME {
             return None;
         }
-        Some(if !shutdown.is_cancelled() && engine.ready() {
+        if shutdown.is_cancelled() {
+            return Some(ServingStatus::NotServing);
+        }
+        let healthy = tokio::select! {
+            () = shutdown.cancelled() => false,
+            probed = engine.probe(PROBE_TIMEOUT) => probed.is_ok(),
+        };
+        Some(if healthy && !shutdown.is_cancelled() {
             ServingStatus::Serving
         } else {
             ServingStatus::NotServing
@@ -336,7 +351,7 @@ impl Health for EngineHealth {
         request: Request<HealthCheckRequest>,
     ) -> Result<Response<HealthCheckResponse>, Status> {
         let service = &request.get_ref().service;
-        match Self::status(self.engine.as_ref(), &self.shutdown, service) {
+        match Self::status(self.engine.as_ref(), &self.shutdown, service).await {
             Some(status) => Ok(Response::new(health_response(status))),
             None => Err(Status::not_found(format!("unknown service `{service}`"))),
         }
@@ -369,6 +384,7 @@ impl Health for EngineHealth {
         let updates = stream::unfold(watch, |mut w| async move {
             loop {
                 let now = EngineHealth::status(w.engine.as_ref(), &w.shutdown, &w.service)
+                    .await
                     .unwrap_or(ServingStatus::ServiceUnknown);
                 if w.last != Some(now) {
                     w.last = Some(now);

@@ -241,12 +241,15 @@ async fn health_service_reports_engine_readiness() {
         .expect_err("unknown service");
     assert_eq!(unknown.code(), tonic::Code::NotFound);
     eventually("remote ready", || hop.remote.ready()).await;
+    assert_eq!(hop.remote.probe(Duration::from_secs(5)).await, Ok(()));
 
     ready.store(false, Ordering::Relaxed);
     assert_eq!(
         check(hop.addr, "").await.ok(),
         Some(ServingStatus::NotServing)
     );
+    let probed = hop.remote.probe(Duration::from_secs(5)).await;
+    assert_eq!(probed.map_err(|e| e.kind), Err(ErrorKind::Unavailable));
     eventually("remote not ready", || !hop.remote.ready()).await;
     ready.store(true, Ordering::Relaxed);
     eventually("remote ready again", || hop.remote.ready()).await;
