@@ -100,7 +100,15 @@ impl Injector {
             HttpAction::Status { status, message } => {
                 let message = message
                     .unwrap_or_else(|| status.canonical_reason().unwrap_or("Error").to_owned());
-                json_response(status, status_envelope(self.api, status, &message))
+                let mut resp = json_response(status, status_envelope(self.api, status, &message));
+                // A throttling proxy or gateway in front of an engine says when to come back.
+                if matches!(status.as_u16(), 429 | 503) {
+                    resp.headers_mut().insert(
+                        http::header::RETRY_AFTER,
+                        http::HeaderValue::from_static(MOCK_RETRY_AFTER),
+                    );
+                }
+                resp
             }
             HttpAction::Drop { events } => {
                 let resp = next.run(req).await;
@@ -158,6 +166,9 @@ impl Injector {
 fn to_vec(v: &Value) -> Vec<u8> {
     serde_json::to_vec(v).unwrap_or_default()
 }
+
+/// `Retry-After` (seconds) sent with an `http-status@K:429` or `:503` answer.
+pub const MOCK_RETRY_AFTER: &str = "2";
 
 fn json_response(status: StatusCode, body: impl Into<Body>) -> Response {
     let mut r = (status, body.into()).into_response();

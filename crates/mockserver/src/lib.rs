@@ -52,4 +52,5 @@ pub use args::{
 };
 pub use fault::{HttpAction, HttpFault, MockFault, ParseMockFaultError};
 pub use info::VERSION;
-pub use server::{BuildError, MockServer, SpawnedMockServer, build, serve, spawn};
+pub use inject::MOCK_RETRY_AFTER;
+pub use server::{BuildError, MockServer, SpawnedMockServer, build, serve, spawn, spawn_on};

@@ -233,6 +233,18 @@ pub async fn spawn(args: &MockServerArgs) -> anyhow::Result<SpawnedMockServer> {
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .context("cannot bind 127.0.0.1:0")?;
+    spawn_on(args, listener).await
+}
+
+/// Start a mock server on `listener` (e.g. bound to a fixed port, to bring an engine "back" on
+/// the address it had).
+///
+/// # Errors
+/// [`BuildError`] or a listener without a local address.
+pub async fn spawn_on(
+    args: &MockServerArgs,
+    listener: TcpListener,
+) -> anyhow::Result<SpawnedMockServer> {
     let addr = listener.local_addr().context("no local address")?;
     let mut args = args.clone();
     args.host = addr.ip();

@@ -1,0 +1,517 @@
+//! The router end to end, against native mock servers (in-process, and real `genfront mocker`
+//! processes for `kill -9`): start-up with a worker down, a worker killed mid-run, what is relayed
+//! and what counts against a worker, the breaker, and the prefix policy's cache hits on a GRPO
+//! workload.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use genfront::{ServeArgs, Server};
+use genfront_mockserver::{Api, MockServerArgs, SpawnedMockServer, spawn, spawn_on};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// A free loopback port (bound, then released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// genfront with `argv` (after `serve`), serving on an ephemeral port; not waiting for workers.
+async fn genfront(argv: &[String]) -> (String, Server, CancellationToken) {
+    let mut full = vec!["serve".to_owned()];
+    full.extend(argv.iter().cloned());
+    let args = ServeArgs::parse_from(full);
+    let server = Server::build(&args).await.expect("genfront builds");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let shutdown = CancellationToken::new();
+    // Serve a second handle on the same state, keep `server` for readiness checks.
+    let serving = Server {
+        state: server.state.clone(),
+        routes: server.routes.clone(),
+        shutdown_grace: Duration::from_millis(100),
+    };
+    tokio::spawn(serving.serve(listener, shutdown.clone()));
+    (url, server, shutdown)
+}
+
+fn sglang_body(tokens: u32, stream: bool) -> Value {
+    json!({"input_ids": [5, 6, 7, 8], "stream": stream,
+           "sampling_params": {"max_new_tokens": tokens, "ignore_eos": true}})
+}
+
+async fn metrics(client: &reqwest::Client, url: &str) -> String {
+    client
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text")
+}
+
+/// The value of the series `name{labels…}` (labels given as a substring), if present.
+fn metric(text: &str, name: &str, labels: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| l.starts_with(name) && l.contains(labels))
+        .find_map(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starts_with_its_worker_down_and_serves_once_it_is_up() {
+    let port = free_port();
+    let (url, server, _stop) = genfront(&[
+        "--worker".into(),
+        format!("sglang=http://127.0.0.1:{port}"),
+    ])
+    .await;
+    let client = reqwest::Client::new();
+    let ready = client
+        .get(format!("{url}/ready"))
+        .send()
+        .await
+        .expect("ready");
+    assert_eq!(ready.status().as_u16(), 503);
+    let ready: Value = ready.json().await.expect("json");
+    assert_eq!(ready["code"], "no_available_workers");
+    for stream in [false, true] {
+        let t0 = Instant::now();
+        let r = client
+            .post(format!("{url}/generate"))
+            .json(&sglang_body(4, stream))
+            .send()
+            .await
+            .expect("answer");
+        let took = t0.elapsed();
+        assert_eq!(r.status().as_u16(), 503);
+        assert!(took < Duration::from_millis(100), "503 took {took:?}");
+        assert!(r.headers().get("retry-after").is_some());
+        let v: Value = r.json().await.expect("native envelope");
+        assert_eq!(v["type"], "no_available_workers", "{v}");
+        assert_eq!(v["code"], 503);
+    }
+    let m = metrics(&client, &url).await;
+    assert_eq!(
+        metric(&m, "genfront_worker_state", "state=\"connecting\""),
+        Some(1.0),
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, "genfront_worker_in_flight_requests", "worker=\"sglang-0\""),
+        Some(0.0),
+        "families exist before the first request"
+    );
+
+    // Bring the engine up on that port: ready without a restart.
+    let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], port)))
+        .await
+        .expect("bind the worker's port");
+    let mut a = MockServerArgs::new(Api::Sglang);
+    a.zero_delay = true;
+    let _engine = spawn_on(&a, listener).await.expect("mock");
+    assert!(server.wait_ready(Duration::from_secs(10)).await);
+    let r = client
+        .get(format!("{url}/ready"))
+        .send()
+        .await
+        .expect("ready");
+    assert_eq!(r.status().as_u16(), 200);
+    let r = client
+        .post(format!("{url}/generate"))
+        .json(&sglang_body(4, false))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(
+        r.headers()
+            .get("x-genfront-worker")
+            .and_then(|v| v.to_str().ok()),
+        Some("sglang-0")
+    );
+}
+
+/// A `genfront mocker` child process on `port`.
+fn mocker_process(port: u16) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_genfront"))
+        .args([
+            "mocker",
+            "--api",
+            "sglang",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+        ])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn genfront mocker")
+}
+
+async fn wait_health(client: &reqwest::Client, port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if let Ok(r) = client
+            .get(format!("http://127.0.0.1:{port}/health"))
+            .send()
+            .await
+            && r.status().is_success()
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("mocker on {port} did not come up");
+}
+
+/// How one streaming client ended.
+#[derive(Debug)]
+struct StreamEnd {
+    worker: String,
+    ended: Instant,
+    error_event: bool,
+    done: bool,
+    finished: bool,
+    events: usize,
+    started: Instant,
+    last_error: Option<Value>,
+}
+
+async fn stream_once(client: reqwest::Client, url: String) -> StreamEnd {
+    let started = Instant::now();
+    let r = client
+        .post(format!("{url}/generate"))
+        .json(&sglang_body(150, true))
+        .send()
+        .await
+        .expect("stream starts");
+    let worker = r
+        .headers()
+        .get("x-genfront-worker")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let mut body = r.bytes_stream();
+    let mut text = String::new();
+    while let Some(chunk) = body.next().await {
+        match chunk {
+            Ok(b) => text.push_str(&String::from_utf8_lossy(&b)),
+            Err(_) => break,
+        }
+    }
+    let events = common::sse_events(&text);
+    StreamEnd {
+        worker,
+        ended: Instant::now(),
+        error_event: events.iter().any(|e| e.get("error").is_some()),
+        events: events.len(),
+        started,
+        last_error: events.iter().rev().find(|e| e.get("error").is_some()).cloned(),
+        done: text.trim_end().ends_with("data: [DONE]"),
+        finished: events.iter().any(|e| {
+            e["meta_info"]["finish_reason"]["type"] == "length"
+                && e["meta_info"]["completion_tokens"] == 150
+        }),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_run_fails_its_streams_fast_and_comes_back() {
+    let client = reqwest::Client::new();
+    let ports = [free_port(), free_port()];
+    let mut children: Vec<Child> = ports.iter().map(|p| mocker_process(*p)).collect();
+    for p in ports {
+        wait_health(&client, p).await;
+    }
+    let (url, server, _stop) = genfront(&[
+        "--worker".into(),
+        format!("sglang=http://127.0.0.1:{}", ports[0]),
+        "--worker".into(),
+        format!("sglang=http://127.0.0.1:{}", ports[1]),
+        "--policy".into(),
+        "round_robin".into(),
+        "--health-interval".into(),
+        "200ms".into(),
+    ])
+    .await;
+    assert!(server.wait_ready(Duration::from_secs(10)).await);
+    assert!(
+        server
+            .state
+            .router
+            .workers()
+            .iter()
+            .all(|w| w.state() == genfront_router::WorkerState::Ready)
+    );
+
+    // 200 concurrent streams of 150 tokens (~1.5 s each at the mock's 10 ms per token).
+    let tasks: Vec<_> = (0..200)
+        .map(|_| tokio::spawn(stream_once(client.clone(), url.clone())))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let killed_at = Instant::now();
+    children[0].kill().expect("kill -9");
+    let _ = children[0].wait();
+    let mut ends = Vec::new();
+    for t in tasks {
+        let end = tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .expect("no client hangs")
+            .expect("task");
+        ends.push(end);
+    }
+    let (on_killed, on_survivor): (Vec<_>, Vec<_>) =
+        ends.iter().partition(|e| e.worker == "sglang-0");
+    assert!(
+        !on_killed.is_empty() && !on_survivor.is_empty(),
+        "{} on the killed worker, {} on the survivor; first: {:?}",
+        on_killed.len(),
+        on_survivor.len(),
+        ends.first()
+    );
+    let mut afters: Vec<_> = on_killed
+        .iter()
+        .map(|e| e.ended.saturating_duration_since(killed_at))
+        .collect();
+    afters.sort();
+    println!(
+        "killed worker: {} streams ended after the kill: min {:?}, median {:?}, max {:?}",
+        afters.len(),
+        afters[0],
+        afters[afters.len() / 2],
+        afters[afters.len() - 1]
+    );
+    for e in &on_killed {
+        assert!(
+            e.error_event && e.done,
+            "native error event + [DONE]: {e:?}"
+        );
+        let after = e.ended.saturating_duration_since(killed_at);
+        assert!(
+            after < Duration::from_secs(1),
+            "ended {after:?} after the kill, started {:?} before it: {e:?}",
+            killed_at.saturating_duration_since(e.started)
+        );
+    }
+    for e in &on_survivor {
+        assert!(e.finished && e.done && !e.error_event, "{e:?}");
+    }
+
+    // After the kill every request succeeds (retried on, then routed to, the survivor).
+    for _ in 0..20 {
+        let r = client
+            .post(format!("{url}/generate"))
+            .json(&sglang_body(4, false))
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(r.status().as_u16(), 200);
+        assert_eq!(r.headers()["x-genfront-worker"], "sglang-1");
+    }
+
+    // Restart the killed worker on its port: traffic returns without a genfront restart.
+    children[0] = mocker_process(ports[0]);
+    wait_health(&client, ports[0]).await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut back = false;
+    while Instant::now() < deadline && !back {
+        let r = client
+            .post(format!("{url}/generate"))
+            .json(&sglang_body(2, false))
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(r.status().as_u16(), 200);
+        back = r.headers()["x-genfront-worker"] == "sglang-0";
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(back, "traffic returned to the restarted worker");
+    for mut c in children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+async fn mock(faults: &[&str]) -> SpawnedMockServer {
+    let mut a = MockServerArgs::new(Api::Sglang);
+    a.zero_delay = true;
+    a.faults = faults.iter().map(|f| f.parse().expect("fault")).collect();
+    spawn(&a).await.expect("mock")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_errors_and_429s_are_relayed_and_leave_the_worker_in_rotation() {
+    let client = reqwest::Client::new();
+    for (status, fault) in [(400, "http-status@*:400:bad thing"), (429, "http-status@*:429")] {
+        let m = mock(&[fault]).await;
+        let (url, server, _stop) = genfront(&[
+            "--worker".into(),
+            format!("sglang={}", m.base_url()),
+            "--breaker-failures".into(),
+            "3".into(),
+        ])
+        .await;
+        assert!(server.wait_ready(Duration::from_secs(10)).await);
+        for _ in 0..10 {
+            let r = client
+                .post(format!("{url}/generate"))
+                .json(&sglang_body(4, false))
+                .send()
+                .await
+                .expect("answer");
+            assert_eq!(r.status().as_u16(), status);
+            if status == 429 {
+                assert_eq!(
+                    r.headers().get("retry-after").and_then(|v| v.to_str().ok()),
+                    Some(genfront_mockserver::MOCK_RETRY_AFTER),
+                    "the engine's Retry-After is relayed"
+                );
+            }
+        }
+        assert_eq!(m.generate_requests(), 10, "each tried once, none retried");
+        let m = metrics(&client, &url).await;
+        assert_eq!(
+            metric(&m, "genfront_worker_breaker_state", "worker=\"sglang-0\""),
+            Some(0.0),
+            "{status}: breaker stays closed"
+        );
+        assert_eq!(
+            metric(&m, "genfront_worker_failures_total", "worker=\"sglang-0\""),
+            Some(0.0)
+        );
+        assert!(server.is_ready(), "{status}: still in rotation");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_failures_open_the_breaker_and_half_open_recovers_it() {
+    let client = reqwest::Client::new();
+    let a = mock(&[]).await;
+    let b = mock(&[]).await;
+    let b_addr = b.addr;
+    let (url, server, _stop) = genfront(&[
+        "--worker".into(),
+        format!("sglang={}", a.base_url()),
+        "--worker".into(),
+        format!("sglang={}", b.base_url()),
+        "--policy".into(),
+        "round_robin".into(),
+        "--breaker-failures".into(),
+        "3".into(),
+        "--breaker-open".into(),
+        "300ms".into(),
+        // Probes would also take B out; this test is about the passive path.
+        "--health-interval".into(),
+        "1h".into(),
+    ])
+    .await;
+    assert!(server.wait_ready(Duration::from_secs(10)).await);
+    b.shutdown().await.expect("b stops");
+    for _ in 0..20 {
+        let r = client
+            .post(format!("{url}/generate"))
+            .json(&sglang_body(2, false))
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(r.status().as_u16(), 200, "retried on the live worker");
+    }
+    let text = metrics(&client, &url).await;
+    assert_eq!(
+        metric(&text, "genfront_worker_breaker_state", "worker=\"sglang-1\""),
+        Some(1.0),
+        "open"
+    );
+    assert_eq!(
+        metric(&text, "genfront_worker_failures_total", "worker=\"sglang-1\""),
+        Some(3.0),
+        "three connect failures, then no more traffic"
+    );
+    assert_eq!(
+        metric(&text, "genfront_worker_retries_total", "worker=\"sglang-1\""),
+        Some(3.0)
+    );
+    // B comes back; after the cool-down one trial closes the breaker.
+    let listener = TcpListener::bind(b_addr).await.expect("rebind b");
+    let mut args = MockServerArgs::new(Api::Sglang);
+    args.zero_delay = true;
+    let b2 = spawn_on(&args, listener).await.expect("b again");
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    for _ in 0..10 {
+        let r = client
+            .post(format!("{url}/generate"))
+            .json(&sglang_body(2, false))
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(r.status().as_u16(), 200);
+    }
+    let text = metrics(&client, &url).await;
+    assert_eq!(
+        metric(&text, "genfront_worker_breaker_state", "worker=\"sglang-1\""),
+        Some(0.0),
+        "closed again"
+    );
+    assert!(b2.generate_requests() >= 4, "B takes traffic again");
+}
+
+/// Prompt `len` tokens for group `g`: a shared 64-token system prompt, then the group's own.
+fn grpo_prompt(g: u32, len: usize) -> Vec<u32> {
+    let mut p: Vec<u32> = (10_000..10_064).collect();
+    p.extend((0..(len - 64) as u32).map(|i| 20_000 + g * 500 + i));
+    p
+}
+
+/// Cache-hit rate (cached prompt tokens / prompt tokens) of 64 groups × 8 samples sent as
+/// separate requests, 4 workers, under `policy`.
+async fn grpo_hit_rate(policy: &str) -> f64 {
+    let client = reqwest::Client::new();
+    let mut mocks = Vec::new();
+    let mut argv = vec!["--policy".to_owned(), policy.to_owned()];
+    for _ in 0..4 {
+        let m = mock(&[]).await;
+        argv.push("--worker".into());
+        argv.push(format!("sglang={}", m.base_url()));
+        mocks.push(m);
+    }
+    let (url, server, _stop) = genfront(&argv).await;
+    assert!(server.wait_ready(Duration::from_secs(10)).await);
+    let (mut cached, mut prompt) = (0u64, 0u64);
+    for g in 0..64 {
+        let p = grpo_prompt(g, 512);
+        let answers = futures::future::join_all((0..8).map(|_| {
+            client
+                .post(format!("{url}/generate"))
+                .json(&json!({"input_ids": p, "sampling_params": {"max_new_tokens": 2}}))
+                .send()
+        }))
+        .await;
+        for a in answers {
+            let v: Value = a.expect("answer").json().await.expect("json");
+            cached += v["meta_info"]["cached_tokens"].as_u64().expect("cached_tokens");
+            prompt += v["meta_info"]["prompt_tokens"].as_u64().expect("prompt_tokens");
+        }
+    }
+    cached as f64 / prompt as f64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefix_policy_hits_the_cache_on_a_grpo_workload() {
+    let prefix = grpo_hit_rate("prefix").await;
+    let rr = grpo_hit_rate("round_robin").await;
+    println!("GRPO 64 groups x 8 samples, 4 workers: cache-hit rate prefix {prefix:.3}, round_robin {rr:.3}");
+    // Prefix: each group's first sample misses (but for the system prompt), the other 7 hit.
+    assert!(prefix > 0.8, "prefix {prefix}");
+    assert!(prefix > rr + 0.2, "prefix {prefix} vs round robin {rr}");
+}
