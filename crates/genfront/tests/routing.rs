@@ -1,27 +1,26 @@
-//! The router end to end, against native mock servers (in-process, and real `genfront mocker`
-//! processes for `kill -9`): start-up with a worker down, a worker killed mid-run, what is relayed
-//! and what counts against a worker, the breaker, and the prefix policy's cache hits on a GRPO
-//! workload.
+//! The router end to end, against in-process native mock servers: start-up with a worker down,
+//! what is relayed and what counts against a worker, the breaker, and the prefix policy's cache
+//! hits on a GRPO workload. (`kill -9` of real `genfront mocker` processes: `worker_kill.rs`.)
 
 mod common;
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use genfront::{ServeArgs, Server};
 use genfront_mockserver::{Api, MockServerArgs, SpawnedMockServer, spawn, spawn_on};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-/// A free loopback port (bound, then released).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+/// A loopback port held without listening: connections to it are refused, and no other
+/// server can take it until the socket is listened on or dropped.
+fn held_port() -> (tokio::net::TcpSocket, u16) {
+    let s = tokio::net::TcpSocket::new_v4().expect("socket");
+    s.set_reuseaddr(true).expect("reuseaddr");
+    s.bind(SocketAddr::from(([127, 0, 0, 1], 0))).expect("bind");
+    let port = s.local_addr().expect("addr").port();
+    (s, port)
 }
 
 /// genfront with `argv` (after `serve`), serving on an ephemeral port; not waiting for workers.
@@ -68,12 +67,9 @@ fn metric(text: &str, name: &str, labels: &str) -> Option<f64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn starts_with_its_worker_down_and_serves_once_it_is_up() {
-    let port = free_port();
-    let (url, server, _stop) = genfront(&[
-        "--worker".into(),
-        format!("sglang=http://127.0.0.1:{port}"),
-    ])
-    .await;
+    let (held, port) = held_port();
+    let (url, server, _stop) =
+        genfront(&["--worker".into(), format!("sglang=http://127.0.0.1:{port}")]).await;
     let client = reqwest::Client::new();
     let ready = client
         .get(format!("{url}/ready"))
@@ -106,15 +102,17 @@ async fn starts_with_its_worker_down_and_serves_once_it_is_up() {
         "{m}"
     );
     assert_eq!(
-        metric(&m, "genfront_worker_in_flight_requests", "worker=\"sglang-0\""),
+        metric(
+            &m,
+            "genfront_worker_in_flight_requests",
+            "worker=\"sglang-0\""
+        ),
         Some(0.0),
         "families exist before the first request"
     );
 
     // Bring the engine up on that port: ready without a restart.
-    let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], port)))
-        .await
-        .expect("bind the worker's port");
+    let listener = held.listen(1024).expect("listen on the worker's port");
     let mut a = MockServerArgs::new(Api::Sglang);
     a.zero_delay = true;
     let _engine = spawn_on(&a, listener).await.expect("mock");
@@ -140,209 +138,6 @@ async fn starts_with_its_worker_down_and_serves_once_it_is_up() {
     );
 }
 
-/// A `genfront mocker` child process on `port`.
-fn mocker_process(port: u16) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_genfront"))
-        .args([
-            "mocker",
-            "--api",
-            "sglang",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-        ])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn genfront mocker")
-}
-
-async fn wait_health(client: &reqwest::Client, port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        if let Ok(r) = client
-            .get(format!("http://127.0.0.1:{port}/health"))
-            .send()
-            .await
-            && r.status().is_success()
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("mocker on {port} did not come up");
-}
-
-/// How one streaming client ended.
-#[derive(Debug)]
-struct StreamEnd {
-    worker: String,
-    ended: Instant,
-    error_event: bool,
-    done: bool,
-    finished: bool,
-    events: usize,
-    started: Instant,
-    last_error: Option<Value>,
-}
-
-async fn stream_once(client: reqwest::Client, url: String) -> StreamEnd {
-    let started = Instant::now();
-    let r = client
-        .post(format!("{url}/generate"))
-        .json(&sglang_body(150, true))
-        .send()
-        .await
-        .expect("stream starts");
-    let worker = r
-        .headers()
-        .get("x-genfront-worker")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_owned();
-    let mut body = r.bytes_stream();
-    let mut text = String::new();
-    while let Some(chunk) = body.next().await {
-        match chunk {
-            Ok(b) => text.push_str(&String::from_utf8_lossy(&b)),
-            Err(_) => break,
-        }
-    }
-    let events = common::sse_events(&text);
-    StreamEnd {
-        worker,
-        ended: Instant::now(),
-        error_event: events.iter().any(|e| e.get("error").is_some()),
-        events: events.len(),
-        started,
-        last_error: events.iter().rev().find(|e| e.get("error").is_some()).cloned(),
-        done: text.trim_end().ends_with("data: [DONE]"),
-        finished: events.iter().any(|e| {
-            e["meta_info"]["finish_reason"]["type"] == "length"
-                && e["meta_info"]["completion_tokens"] == 150
-        }),
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_killed_mid_run_fails_its_streams_fast_and_comes_back() {
-    let client = reqwest::Client::new();
-    let ports = [free_port(), free_port()];
-    let mut children: Vec<Child> = ports.iter().map(|p| mocker_process(*p)).collect();
-    for p in ports {
-        wait_health(&client, p).await;
-    }
-    let (url, server, _stop) = genfront(&[
-        "--worker".into(),
-        format!("sglang=http://127.0.0.1:{}", ports[0]),
-        "--worker".into(),
-        format!("sglang=http://127.0.0.1:{}", ports[1]),
-        "--policy".into(),
-        "round_robin".into(),
-        "--health-interval".into(),
-        "200ms".into(),
-    ])
-    .await;
-    assert!(server.wait_ready(Duration::from_secs(10)).await);
-    assert!(
-        server
-            .state
-            .router
-            .workers()
-            .iter()
-            .all(|w| w.state() == genfront_router::WorkerState::Ready)
-    );
-
-    // 200 concurrent streams of 150 tokens (~1.5 s each at the mock's 10 ms per token).
-    let tasks: Vec<_> = (0..200)
-        .map(|_| tokio::spawn(stream_once(client.clone(), url.clone())))
-        .collect();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let killed_at = Instant::now();
-    children[0].kill().expect("kill -9");
-    let _ = children[0].wait();
-    let mut ends = Vec::new();
-    for t in tasks {
-        let end = tokio::time::timeout(Duration::from_secs(30), t)
-            .await
-            .expect("no client hangs")
-            .expect("task");
-        ends.push(end);
-    }
-    let (on_killed, on_survivor): (Vec<_>, Vec<_>) =
-        ends.iter().partition(|e| e.worker == "sglang-0");
-    assert!(
-        !on_killed.is_empty() && !on_survivor.is_empty(),
-        "{} on the killed worker, {} on the survivor; first: {:?}",
-        on_killed.len(),
-        on_survivor.len(),
-        ends.first()
-    );
-    let mut afters: Vec<_> = on_killed
-        .iter()
-        .map(|e| e.ended.saturating_duration_since(killed_at))
-        .collect();
-    afters.sort();
-    println!(
-        "killed worker: {} streams ended after the kill: min {:?}, median {:?}, max {:?}",
-        afters.len(),
-        afters[0],
-        afters[afters.len() / 2],
-        afters[afters.len() - 1]
-    );
-    for e in &on_killed {
-        assert!(
-            e.error_event && e.done,
-            "native error event + [DONE]: {e:?}"
-        );
-        let after = e.ended.saturating_duration_since(killed_at);
-        assert!(
-            after < Duration::from_secs(1),
-            "ended {after:?} after the kill, started {:?} before it: {e:?}",
-            killed_at.saturating_duration_since(e.started)
-        );
-    }
-    for e in &on_survivor {
-        assert!(e.finished && e.done && !e.error_event, "{e:?}");
-    }
-
-    // After the kill every request succeeds (retried on, then routed to, the survivor).
-    for _ in 0..20 {
-        let r = client
-            .post(format!("{url}/generate"))
-            .json(&sglang_body(4, false))
-            .send()
-            .await
-            .expect("answer");
-        assert_eq!(r.status().as_u16(), 200);
-        assert_eq!(r.headers()["x-genfront-worker"], "sglang-1");
-    }
-
-    // Restart the killed worker on its port: traffic returns without a genfront restart.
-    children[0] = mocker_process(ports[0]);
-    wait_health(&client, ports[0]).await;
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let mut back = false;
-    while Instant::now() < deadline && !back {
-        let r = client
-            .post(format!("{url}/generate"))
-            .json(&sglang_body(2, false))
-            .send()
-            .await
-            .expect("answer");
-        assert_eq!(r.status().as_u16(), 200);
-        back = r.headers()["x-genfront-worker"] == "sglang-0";
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(back, "traffic returned to the restarted worker");
-    for mut c in children {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
-}
-
 async fn mock(faults: &[&str]) -> SpawnedMockServer {
     let mut a = MockServerArgs::new(Api::Sglang);
     a.zero_delay = true;
@@ -353,7 +148,10 @@ async fn mock(faults: &[&str]) -> SpawnedMockServer {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_errors_and_429s_are_relayed_and_leave_the_worker_in_rotation() {
     let client = reqwest::Client::new();
-    for (status, fault) in [(400, "http-status@*:400:bad thing"), (429, "http-status@*:429")] {
+    for (status, fault) in [
+        (400, "http-status@*:400:bad thing"),
+        (429, "http-status@*:429"),
+    ] {
         let m = mock(&[fault]).await;
         let (url, server, _stop) = genfront(&[
             "--worker".into(),
@@ -418,6 +216,11 @@ async fn connect_failures_open_the_breaker_and_half_open_recovers_it() {
     .await;
     assert!(server.wait_ready(Duration::from_secs(10)).await);
     b.shutdown().await.expect("b stops");
+    // Hold B's port without listening: connections are refused, and no other test's server can
+    // take the port meanwhile.
+    let hold = tokio::net::TcpSocket::new_v4().expect("socket");
+    hold.set_reuseaddr(true).expect("reuseaddr");
+    hold.bind(b_addr).expect("hold b's port");
     for _ in 0..20 {
         let r = client
             .post(format!("{url}/generate"))
@@ -425,24 +228,39 @@ async fn connect_failures_open_the_breaker_and_half_open_recovers_it() {
             .send()
             .await
             .expect("answer");
-        assert_eq!(r.status().as_u16(), 200, "retried on the live worker");
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap_or_default();
+        assert_eq!(status, 200, "retried on the live worker: {text}");
     }
     let text = metrics(&client, &url).await;
     assert_eq!(
-        metric(&text, "genfront_worker_breaker_state", "worker=\"sglang-1\""),
+        metric(
+            &text,
+            "genfront_worker_breaker_state",
+            "worker=\"sglang-1\""
+        ),
         Some(1.0),
         "open"
     );
     assert_eq!(
-        metric(&text, "genfront_worker_failures_total", "worker=\"sglang-1\""),
+        metric(
+            &text,
+            "genfront_worker_failures_total",
+            "worker=\"sglang-1\""
+        ),
         Some(3.0),
         "three connect failures, then no more traffic"
     );
     assert_eq!(
-        metric(&text, "genfront_worker_retries_total", "worker=\"sglang-1\""),
+        metric(
+            &text,
+            "genfront_worker_retries_total",
+            "worker=\"sglang-1\""
+        ),
         Some(3.0)
     );
     // B comes back; after the cool-down one trial closes the breaker.
+    drop(hold);
     let listener = TcpListener::bind(b_addr).await.expect("rebind b");
     let mut args = MockServerArgs::new(Api::Sglang);
     args.zero_delay = true;
@@ -459,7 +277,11 @@ async fn connect_failures_open_the_breaker_and_half_open_recovers_it() {
     }
     let text = metrics(&client, &url).await;
     assert_eq!(
-        metric(&text, "genfront_worker_breaker_state", "worker=\"sglang-1\""),
+        metric(
+            &text,
+            "genfront_worker_breaker_state",
+            "worker=\"sglang-1\""
+        ),
         Some(0.0),
         "closed again"
     );
@@ -499,8 +321,12 @@ async fn grpo_hit_rate(policy: &str) -> f64 {
         .await;
         for a in answers {
             let v: Value = a.expect("answer").json().await.expect("json");
-            cached += v["meta_info"]["cached_tokens"].as_u64().expect("cached_tokens");
-            prompt += v["meta_info"]["prompt_tokens"].as_u64().expect("prompt_tokens");
+            cached += v["meta_info"]["cached_tokens"]
+                .as_u64()
+                .expect("cached_tokens");
+            prompt += v["meta_info"]["prompt_tokens"]
+                .as_u64()
+                .expect("prompt_tokens");
         }
     }
     cached as f64 / prompt as f64
@@ -510,7 +336,9 @@ async fn grpo_hit_rate(policy: &str) -> f64 {
 async fn prefix_policy_hits_the_cache_on_a_grpo_workload() {
     let prefix = grpo_hit_rate("prefix").await;
     let rr = grpo_hit_rate("round_robin").await;
-    println!("GRPO 64 groups x 8 samples, 4 workers: cache-hit rate prefix {prefix:.3}, round_robin {rr:.3}");
+    println!(
+        "GRPO 64 groups x 8 samples, 4 workers: cache-hit rate prefix {prefix:.3}, round_robin {rr:.3}"
+    );
     // Prefix: each group's first sample misses (but for the system prompt), the other 7 hit.
     assert!(prefix > 0.8, "prefix {prefix}");
     assert!(prefix > rr + 0.2, "prefix {prefix} vs round robin {rr}");
