@@ -380,12 +380,16 @@ impl SglangAssembler {
         if c.return_logprob
             && let Some(prompt) = &output.prompt_logprobs
         {
+            // SGLang pads the first returned position with `None` whatever `logprob_start_len`
+            // is (scheduler_output_processor_mixin.py `_process_input_token_logprobs`:
+            // `[None] + input_token_logprobs[:-1]`, and `[None]` first for the top and
+            // token-id lists), so position `start` never has a logprob even when `start > 0`.
             for (j, entry) in prompt.entries.iter().enumerate() {
                 let pos = (prompt.start as usize).saturating_add(j);
                 let fallback = c.prompt.get(pos).copied().unwrap_or_default();
                 render::position(
                     (&mut s.in_lp, &mut s.in_top, &mut s.in_tid),
-                    entry.as_ref(),
+                    entry.as_ref().filter(|_| j > 0),
                     fallback,
                     c.top_logprobs,
                     c.token_ids_logprob,
@@ -402,7 +406,8 @@ impl SglangAssembler {
                     prompt
                         .entries
                         .iter()
-                        .map(|e| e.as_ref().map(|e| e.top.clone())),
+                        .enumerate()
+                        .map(|(j, e)| e.as_ref().filter(|_| j > 0).map(|e| e.top.clone())),
                 );
             }
             s.in_top_flat = flat::fields(&s.in_top_raw, c.top_logprobs_num, c.flat_top);

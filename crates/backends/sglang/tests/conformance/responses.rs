@@ -140,12 +140,30 @@ fn prompt_logprobs_from_start_zero_and_k() {
         .as_array()
         .unwrap();
     assert_eq!(input.len(), 2);
-    assert!(input[0][0].is_f64(), "position 2 has a logprob");
+    // SGLang pads the first returned position with None whatever logprob_start_len is
+    // (scheduler_output_processor_mixin.py: `[None] + input_token_logprobs[:-1]`).
+    assert!(input[0][0].is_null(), "position 2 is padded: {input:?}");
     assert_eq!(input[0][1], 13);
+    assert!(input[1][0].is_f64(), "position 3 has a logprob");
+    assert_eq!(input[1][1], 14);
     assert!(
         body["meta_info"].get("input_top_logprobs").is_none(),
         "top_logprobs_num 0"
     );
+
+    let p = prepared(
+        r#"{"input_ids":[11,12,13,14],"return_logprob":true,"logprob_start_len":1,"top_logprobs_num":2,"token_ids_logprob":[7]}"#,
+    );
+    let body = unary_body(&run(p, |_| Script::tokens(1)));
+    let meta = &body["meta_info"];
+    assert_eq!(meta["input_token_logprobs"][0][0], Value::Null);
+    assert!(meta["input_token_logprobs"][1][0].is_f64());
+    assert_eq!(meta["input_top_logprobs"][0], Value::Null);
+    assert_eq!(
+        meta["input_top_logprobs"][1].as_array().map(Vec::len),
+        Some(2)
+    );
+    assert_eq!(meta["input_token_ids_logprobs"][0], Value::Null);
 }
 
 #[test]
