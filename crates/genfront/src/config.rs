@@ -138,6 +138,26 @@ pub struct ServeArgs {
     /// Report sampling masks, like vLLM's `--return-sampling-mask`.
     #[arg(long, env = "GENFRONT_MOCK_SAMPLING_MASK", value_parser = BoolishValueParser::new(), num_args = 0..=1, default_value_t = false, default_missing_value = "true", help_heading = "Mock engine")]
     pub mock_sampling_mask: bool,
+    /// Probability, per decode position, that the mock model ranks an EOS id first (so
+    /// generations end naturally), in `[0, 1]`; `0` lets generations run to `max_new_tokens` /
+    /// stop ids.
+    #[arg(
+        long,
+        env = "GENFRONT_MOCK_EOS_PROBABILITY",
+        default_value_t = 0.01,
+        help_heading = "Mock engine"
+    )]
+    pub mock_eos_probability: f64,
+    /// Prefix-cache granularity of the mock engine, in tokens (only full blocks are cached and
+    /// reported as cached tokens): `1` is SGLang's radix cache at its default `--page-size 1`,
+    /// `16` vLLM's default `--block-size`; `0` disables the cache.
+    #[arg(
+        long,
+        env = "GENFRONT_MOCK_PREFIX_CACHE_BLOCK_SIZE",
+        default_value_t = 16,
+        help_heading = "Mock engine"
+    )]
+    pub mock_prefix_cache_block_size: u32,
     /// Scripted fault for every mock engine (repeatable), e.g. `error@3:unavailable`,
     /// `fail-after@2:5`, `stall@1:3`.
     #[arg(
@@ -369,11 +389,13 @@ impl ServeArgs {
         cfg.speedup = self.mock_speedup;
         cfg.info.model = self.mock_model.clone();
         cfg.info.model_aliases = self.mock_model_aliases.clone();
-        cfg.info.vocab_size = self.mock_vocab_size;
+        cfg.info.vocab_size = Some(self.mock_vocab_size);
         cfg.info.max_context_len = self.mock_context_len;
         cfg.info.eos_token_ids = vec![self.mock_eos_token_id];
         cfg.info.routed_experts = self.mock_routed_experts;
         cfg.info.sampling_mask = self.mock_sampling_mask;
+        cfg.eos_probability = self.mock_eos_probability;
+        cfg.prefix_cache.block_size = self.mock_prefix_cache_block_size;
         cfg.faults = self.mock_faults.clone();
         cfg
     }

@@ -20,14 +20,181 @@ pub fn mock_spec() -> genfront_router::WorkerSpec {
 }
 
 /// One `--worker` of `genfront serve`.
+///
+/// Syntax: `sglang=URL[#FACTS]`, `vllm=URL[#FACTS]` or `grpc://HOST:PORT`. `FACTS` are the
+/// operator's per-worker model facts, `key=value` pairs joined by `&` (see [`WorkerFacts`]), e.g.
+/// `sglang=http://h:30000#vocab_size=201088&eos_token_ids=199999,200002`. A fact given here wins
+/// over what the worker reports; a fact neither given nor reported stays unknown, and the engine
+/// checks it itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WorkerSpec {
     /// `sglang=http://host:port`: an SGLang server, reached through its native HTTP API.
-    Sglang(String),
+    Sglang(String, WorkerFacts),
     /// `vllm=http://host:port`: a vLLM server, reached through `/inference/v1/generate`.
-    Vllm(String),
-    /// `grpc://host:port`: a genfront sidecar.
+    Vllm(String, WorkerFacts),
+    /// `grpc://host:port`: a genfront sidecar (it reports its engine's facts itself).
     Grpc(String),
+}
+
+/// Model facts an operator gives for one worker (the `#key=value&…` suffix of `--worker`).
+/// `None` / empty: not given (the worker's report is used, else the fact is unknown).
+///
+/// Keys (`-` and `_` are interchangeable): `vocab_size`; `context_len` (also `context_length`,
+/// `max_model_len`); `max_logprobs`; `max_num_seqs` (also `max_running_requests`);
+/// `eos_token_ids` (also `eos_token_id`; comma-separated); `model` (the served name to validate
+/// `model` against); `incremental_streaming` (SGLang: override the discovered
+/// `incremental_streaming_output`); `routed_experts` and `sampling_mask` (vLLM's
+/// `--enable-return-routed-experts` / `--return-sampling-mask`; SGLang: `sampling_mask`).
+/// Booleans are `true`/`false`/`1`/`0`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WorkerFacts {
+    /// Vocabulary size (valid ids are `0..vocab_size`).
+    pub vocab_size: Option<u32>,
+    /// Context length (prompt + output).
+    pub context_len: Option<u32>,
+    /// Most top logprobs per position.
+    pub max_logprobs: Option<u32>,
+    /// Most parallel samples per request.
+    pub max_num_seqs: Option<u32>,
+    /// EOS token ids.
+    pub eos_token_ids: Vec<u32>,
+    /// Served model name.
+    pub model: Option<String>,
+    /// SGLang streaming mode override.
+    pub incremental_streaming: Option<bool>,
+    /// The engine reports routed experts (vLLM server flag).
+    pub routed_experts: Option<bool>,
+    /// The engine reports sampling masks.
+    pub sampling_mask: Option<bool>,
+}
+
+impl WorkerFacts {
+    /// Whether no fact is given.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Parse `key=value[&key=value…]` (the part after `#`).
+    ///
+    /// # Errors
+    /// An unknown key, a pair without `=`, or a value that does not parse.
+    pub fn parse(fragment: &str) -> Result<Self, String> {
+        let mut facts = Self::default();
+        for pair in fragment.split('&').map(str::trim).filter(|p| !p.is_empty()) {
+            let (key, value) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("worker fact `{pair}`: expected key=value"))?;
+            let (key, value) = (key.trim().replace('-', "_"), value.trim());
+            let num = || {
+                value
+                    .parse::<u32>()
+                    .map_err(|_| format!("worker fact `{key}`: `{value}` is not a number"))
+            };
+            let boolean = || match value {
+                "true" | "1" => Ok(true),
+                "false" | "0" => Ok(false),
+                _ => Err(format!("worker fact `{key}`: `{value}` is not true/false")),
+            };
+            match key.as_str() {
+                "vocab_size" => facts.vocab_size = Some(num()?),
+                "context_len" | "context_length" | "max_model_len" => {
+                    facts.context_len = Some(num()?);
+                }
+                "max_logprobs" => facts.max_logprobs = Some(num()?),
+                "max_num_seqs" | "max_running_requests" => facts.max_num_seqs = Some(num()?),
+                "eos_token_ids" | "eos_token_id" => {
+                    facts.eos_token_ids = value
+                        .split(',')
+                        .map(|id| {
+                            id.trim().parse::<u32>().map_err(|_| {
+                                format!("worker fact `{key}`: `{id}` is not a token id")
+                            })
+                        })
+                        .collect::<Result<_, _>>()?;
+                }
+                "model" if !value.is_empty() => facts.model = Some(value.to_owned()),
+                "incremental_streaming" => facts.incremental_streaming = Some(boolean()?),
+                "routed_experts" => facts.routed_experts = Some(boolean()?),
+                "sampling_mask" => facts.sampling_mask = Some(boolean()?),
+                _ => {
+                    return Err(format!(
+                        "unknown worker fact `{key}` (known: vocab_size, context_len, max_logprobs, max_num_seqs, eos_token_ids, model, incremental_streaming, routed_experts, sampling_mask)"
+                    ));
+                }
+            }
+        }
+        Ok(facts)
+    }
+
+    /// SGLang client options with these facts applied.
+    pub fn sglang_options(&self) -> genfront_sglang::SglangEngineOptions {
+        let mut o = genfront_sglang::SglangEngineOptions {
+            model: self.model.clone(),
+            vocab_size: self.vocab_size,
+            eos_token_ids: self.eos_token_ids.clone(),
+            max_context_len: self.context_len,
+            max_logprobs: self.max_logprobs,
+            max_num_seqs: self.max_num_seqs,
+            incremental_streaming: self.incremental_streaming,
+            ..Default::default()
+        };
+        if let Some(m) = self.sampling_mask {
+            o.sampling_mask = m;
+        }
+        o
+    }
+
+    /// vLLM client options with these facts applied (`model` is not used: vLLM reports its
+    /// served names).
+    pub fn vllm_options(&self) -> genfront_vllm::VllmEngineOptions {
+        let mut o = genfront_vllm::VllmEngineOptions {
+            vocab_size: self.vocab_size,
+            eos_token_ids: self.eos_token_ids.clone(),
+            max_logprobs: self.max_logprobs,
+            max_num_seqs: self.max_num_seqs,
+            max_context_len: self.context_len,
+            ..Default::default()
+        };
+        if let Some(r) = self.routed_experts {
+            o.routed_experts = r;
+        }
+        if let Some(m) = self.sampling_mask {
+            o.sampling_mask = m;
+        }
+        o
+    }
+}
+
+impl fmt::Display for WorkerFacts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut pairs: Vec<String> = Vec::new();
+        let mut num = |k: &str, v: Option<u32>| {
+            if let Some(v) = v {
+                pairs.push(format!("{k}={v}"));
+            }
+        };
+        num("vocab_size", self.vocab_size);
+        num("context_len", self.context_len);
+        num("max_logprobs", self.max_logprobs);
+        num("max_num_seqs", self.max_num_seqs);
+        if !self.eos_token_ids.is_empty() {
+            let ids: Vec<String> = self.eos_token_ids.iter().map(u32::to_string).collect();
+            pairs.push(format!("eos_token_ids={}", ids.join(",")));
+        }
+        if let Some(m) = &self.model {
+            pairs.push(format!("model={m}"));
+        }
+        for (k, v) in [
+            ("incremental_streaming", self.incremental_streaming),
+            ("routed_experts", self.routed_experts),
+            ("sampling_mask", self.sampling_mask),
+        ] {
+            if let Some(v) = v {
+                pairs.push(format!("{k}={v}"));
+            }
+        }
+        f.write_str(&pairs.join("&"))
+    }
 }
 
 impl FromStr for WorkerSpec {
@@ -36,13 +203,27 @@ impl FromStr for WorkerSpec {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let s = s.trim();
         if s.starts_with("grpc://") {
+            if s.contains('#') {
+                return Err(format!(
+                    "invalid worker `{s}`: a sidecar reports its engine's facts; give `#…` facts to the sidecar's --engine"
+                ));
+            }
             return Ok(WorkerSpec::Grpc(s.to_owned()));
         }
-        match s.split_once('=') {
-            Some(("sglang", url)) if !url.is_empty() => Ok(WorkerSpec::Sglang(url.to_owned())),
-            Some(("vllm", url)) if !url.is_empty() => Ok(WorkerSpec::Vllm(url.to_owned())),
+        let (head, facts) = match s.split_once('#') {
+            Some((head, fragment)) => (
+                head,
+                WorkerFacts::parse(fragment).map_err(|e| format!("invalid worker `{s}`: {e}"))?,
+            ),
+            None => (s, WorkerFacts::default()),
+        };
+        match head.split_once('=') {
+            Some(("sglang", url)) if !url.is_empty() => {
+                Ok(WorkerSpec::Sglang(url.to_owned(), facts))
+            }
+            Some(("vllm", url)) if !url.is_empty() => Ok(WorkerSpec::Vllm(url.to_owned(), facts)),
             _ => Err(format!(
-                "invalid worker `{s}`: expected sglang=http://HOST:PORT, vllm=http://HOST:PORT or grpc://HOST:PORT"
+                "invalid worker `{s}`: expected sglang=http://HOST:PORT[#FACTS], vllm=http://HOST:PORT[#FACTS] or grpc://HOST:PORT"
             )),
         }
     }
@@ -50,11 +231,16 @@ impl FromStr for WorkerSpec {
 
 impl fmt::Display for WorkerSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            WorkerSpec::Sglang(u) => write!(f, "sglang={u}"),
-            WorkerSpec::Vllm(u) => write!(f, "vllm={u}"),
-            WorkerSpec::Grpc(u) => f.write_str(u),
+        let (kind, url, facts) = match self {
+            WorkerSpec::Sglang(u, facts) => ("sglang", u, facts),
+            WorkerSpec::Vllm(u, facts) => ("vllm", u, facts),
+            WorkerSpec::Grpc(u) => return f.write_str(u),
+        };
+        write!(f, "{kind}={url}")?;
+        if !facts.is_empty() {
+            write!(f, "#{facts}")?;
         }
+        Ok(())
     }
 }
 
@@ -62,8 +248,8 @@ impl WorkerSpec {
     /// The native format of the engine behind this worker, when known.
     pub fn native_format(&self) -> Option<&'static str> {
         match self {
-            WorkerSpec::Sglang(_) => Some("sglang"),
-            WorkerSpec::Vllm(_) => Some("vllm"),
+            WorkerSpec::Sglang(..) => Some("sglang"),
+            WorkerSpec::Vllm(..) => Some("vllm"),
             WorkerSpec::Grpc(_) => None,
         }
     }
@@ -71,7 +257,7 @@ impl WorkerSpec {
     /// The router's description of this worker in `role`.
     pub fn router_spec(&self, role: Role) -> genfront_router::WorkerSpec {
         let url = match self {
-            WorkerSpec::Sglang(u) | WorkerSpec::Vllm(u) | WorkerSpec::Grpc(u) => u.clone(),
+            WorkerSpec::Sglang(u, _) | WorkerSpec::Vllm(u, _) | WorkerSpec::Grpc(u) => u.clone(),
         };
         genfront_router::WorkerSpec {
             id: None,
@@ -96,21 +282,15 @@ impl WorkerSpec {
     /// The worker is unreachable or does not answer its discovery calls.
     pub async fn connect(&self) -> anyhow::Result<Arc<dyn Engine>> {
         let engine: Arc<dyn Engine> = match self {
-            WorkerSpec::Sglang(url) => Arc::new(
-                genfront_sglang::SglangEngine::connect(
-                    url,
-                    genfront_sglang::SglangEngineOptions::default(),
-                )
-                .await
-                .with_context(|| format!("cannot reach SGLang worker {url}"))?,
+            WorkerSpec::Sglang(url, facts) => Arc::new(
+                genfront_sglang::SglangEngine::connect(url, facts.sglang_options())
+                    .await
+                    .with_context(|| format!("cannot reach SGLang worker {url}"))?,
             ),
-            WorkerSpec::Vllm(url) => Arc::new(
-                genfront_vllm::VllmEngine::connect(
-                    url,
-                    genfront_vllm::VllmEngineOptions::default(),
-                )
-                .await
-                .with_context(|| format!("cannot reach vLLM worker {url}"))?,
+            WorkerSpec::Vllm(url, facts) => Arc::new(
+                genfront_vllm::VllmEngine::connect(url, facts.vllm_options())
+                    .await
+                    .with_context(|| format!("cannot reach vLLM worker {url}"))?,
             ),
             WorkerSpec::Grpc(url) => Arc::new(
                 genfront_sidecar::RemoteEngine::connect(url)
@@ -128,13 +308,14 @@ mod tests {
 
     #[test]
     fn specs_parse() {
+        let none = WorkerFacts::default();
         assert_eq!(
             "sglang=http://h:1".parse(),
-            Ok(WorkerSpec::Sglang("http://h:1".into()))
+            Ok(WorkerSpec::Sglang("http://h:1".into(), none.clone()))
         );
         assert_eq!(
             "vllm=http://h:2".parse(),
-            Ok(WorkerSpec::Vllm("http://h:2".into()))
+            Ok(WorkerSpec::Vllm("http://h:2".into(), none.clone()))
         );
         assert_eq!(
             "grpc://h:3".parse(),
@@ -142,6 +323,45 @@ mod tests {
         );
         assert!("trt=http://h".parse::<WorkerSpec>().is_err());
         assert!("sglang=".parse::<WorkerSpec>().is_err());
-        assert_eq!(WorkerSpec::Sglang("u".into()).to_string(), "sglang=u");
+        assert_eq!(WorkerSpec::Sglang("u".into(), none).to_string(), "sglang=u");
+    }
+
+    #[test]
+    fn facts_parse_from_the_fragment() {
+        let spec: WorkerSpec =
+            "sglang=http://h:1#vocab_size=201088&eos-token-ids=199999,200002&context_length=8192"
+                .parse()
+                .expect("parses");
+        let WorkerSpec::Sglang(url, facts) = &spec else {
+            panic!("sglang spec: {spec:?}");
+        };
+        assert_eq!(url, "http://h:1");
+        assert_eq!(facts.vocab_size, Some(201_088));
+        assert_eq!(facts.eos_token_ids, [199_999, 200_002]);
+        assert_eq!(facts.context_len, Some(8192));
+        assert_eq!(facts.sglang_options().vocab_size, Some(201_088));
+        assert_eq!(
+            spec.to_string(),
+            "sglang=http://h:1#vocab_size=201088&context_len=8192&eos_token_ids=199999,200002"
+        );
+        assert_eq!(spec.to_string().parse::<WorkerSpec>(), Ok(spec.clone()));
+        let v: WorkerSpec = "vllm=http://h:2#max_logprobs=100&routed_experts=true"
+            .parse()
+            .expect("parses");
+        let WorkerSpec::Vllm(_, facts) = &v else {
+            panic!("vllm spec: {v:?}");
+        };
+        let o = facts.vllm_options();
+        assert_eq!((o.max_logprobs, o.routed_experts), (Some(100), true));
+        assert_eq!(o.vocab_size, None);
+        for bad in [
+            "sglang=http://h:1#vocab=3",
+            "sglang=http://h:1#vocab_size=x",
+            "sglang=http://h:1#vocab_size",
+            "vllm=http://h:1#sampling_mask=maybe",
+            "grpc://h:3#vocab_size=1",
+        ] {
+            assert!(bad.parse::<WorkerSpec>().is_err(), "{bad}");
+        }
     }
 }

@@ -90,8 +90,8 @@ impl Default for ExpertsConfig {
 /// Why a [`MockConfig`] is unusable.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum MockConfigError {
-    /// `info.vocab_size` is 0.
-    #[error("vocab_size must be at least 1")]
+    /// `info.vocab_size` is unknown (`None`) or 0: the mock must know its vocabulary.
+    #[error("vocab_size must be set and at least 1")]
     EmptyVocab,
     /// `info.max_context_len` is below 2 (one prompt token plus one output token).
     #[error("max_context_len must be at least 2, got {0}")]
@@ -164,17 +164,15 @@ impl MockConfig {
     /// The first inconsistency found, as a [`MockConfigError`].
     pub fn validate(&self) -> Result<(), MockConfigError> {
         let info = &self.info;
-        if info.vocab_size == 0 {
-            return Err(MockConfigError::EmptyVocab);
-        }
+        let vocab_size = match info.vocab_size {
+            Some(v) if v > 0 => v,
+            _ => return Err(MockConfigError::EmptyVocab),
+        };
         if info.max_context_len < 2 {
             return Err(MockConfigError::ContextTooShort(info.max_context_len));
         }
-        if let Some(&id) = info.eos_token_ids.iter().find(|&&id| id >= info.vocab_size) {
-            return Err(MockConfigError::EosOutOfVocab {
-                id,
-                vocab_size: info.vocab_size,
-            });
+        if let Some(&id) = info.eos_token_ids.iter().find(|&&id| id >= vocab_size) {
+            return Err(MockConfigError::EosOutOfVocab { id, vocab_size });
         }
         if !(self.speedup.is_finite() && self.speedup > 0.0) {
             return Err(MockConfigError::Speedup(self.speedup));
@@ -253,7 +251,11 @@ mod tests {
             c.validate()
         };
         assert_eq!(
-            bad(|c| c.info.vocab_size = 0),
+            bad(|c| c.info.vocab_size = Some(0)),
+            Err(MockConfigError::EmptyVocab)
+        );
+        assert_eq!(
+            bad(|c| c.info.vocab_size = None),
             Err(MockConfigError::EmptyVocab)
         );
         assert_eq!(

@@ -101,10 +101,12 @@ impl MockEngine {
 
     fn build(config: MockConfig) -> Self {
         let info = &config.info;
+        // `validate` (run by `new`) guarantees a known vocabulary; an unknown logprob cap
+        // leaves the candidate count as configured.
         let model = Model::new(
-            info.vocab_size,
+            info.vocab_size.unwrap_or(1),
             config.candidates,
-            info.max_logprobs,
+            info.max_logprobs.unwrap_or(0),
             config.seed,
             &info.eos_token_ids,
             config.eos_probability,

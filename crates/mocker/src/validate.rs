@@ -12,12 +12,16 @@ pub(crate) fn validate(info: &EngineInfo, req: &EngineRequest) -> Result<(), Eng
     if s.n == 0 {
         return invalid("n must be at least 1".to_owned());
     }
-    if s.n > info.max_num_seqs {
+    if let Some(max) = info.max_num_seqs
+        && s.n > max
+    {
         return invalid(format!(
-            "n ({}) exceeds the maximum number of parallel samples ({})",
-            s.n, info.max_num_seqs
+            "n ({}) exceeds the maximum number of parallel samples ({max})",
+            s.n
         ));
     }
+    // The mock always knows its vocabulary (`MockConfig::validate`).
+    let vocab_size = info.vocab_size.unwrap_or(u32::MAX);
     let prompt_len = req.token_ids.len();
     if prompt_len == 0 {
         return invalid("the prompt must contain at least one token".to_owned());
@@ -33,22 +37,20 @@ pub(crate) fn validate(info: &EngineInfo, req: &EngineRequest) -> Result<(), Eng
         .token_ids
         .iter()
         .enumerate()
-        .find(|&(_, &id)| id >= info.vocab_size)
+        .find(|&(_, &id)| id >= vocab_size)
     {
         return invalid(format!(
-            "prompt token id {id} at position {pos} is outside the vocabulary (vocab_size {})",
-            info.vocab_size
+            "prompt token id {id} at position {pos} is outside the vocabulary (vocab_size {vocab_size})"
         ));
     }
     if let Some(id) = req
         .output
         .token_ids_logprobs
         .iter()
-        .find(|&&id| id >= info.vocab_size)
+        .find(|&&id| id >= vocab_size)
     {
         return invalid(format!(
-            "logprob token id {id} is outside the vocabulary (vocab_size {})",
-            info.vocab_size
+            "logprob token id {id} is outside the vocabulary (vocab_size {vocab_size})"
         ));
     }
     if !req.stop.stop.is_empty() {

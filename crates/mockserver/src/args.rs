@@ -15,6 +15,10 @@ pub const DEFAULT_VOCAB_SIZE: u32 = 152_064;
 pub const DEFAULT_CONTEXT_LEN: u32 = 32_768;
 /// Default end-of-sequence token id.
 pub const DEFAULT_EOS_TOKEN_ID: u32 = 2;
+/// Default EOS probability per decode position (the mock engine's default).
+pub const DEFAULT_EOS_PROBABILITY: f64 = 0.01;
+/// Default prefix-cache block size, in tokens (the mock engine's default).
+pub const DEFAULT_PREFIX_CACHE_BLOCK_SIZE: u32 = 16;
 /// Default served model name.
 pub const DEFAULT_MODEL: &str = "genfront-mock";
 
@@ -118,6 +122,24 @@ pub struct MockServerArgs {
     #[arg(long, env = "GENFRONT_MOCKER_RETURN_SAMPLING_MASK", value_parser = BoolishValueParser::new(), num_args = 0..=1, default_value_t = false, default_missing_value = "true", help_heading = "Model")]
     pub return_sampling_mask: bool,
 
+    /// vLLM only: fill `usage.prompt_tokens_details` (`{"cached_tokens": N}`), as vLLM's
+    /// `--enable-prompt-tokens-details` does; without it vLLM sends `null`. Ignored with
+    /// `--api sglang` (SGLang reports `meta_info.cached_tokens` always).
+    #[arg(long, env = "GENFRONT_MOCKER_ENABLE_PROMPT_TOKENS_DETAILS", value_parser = BoolishValueParser::new(), num_args = 0..=1, default_value_t = false, default_missing_value = "true", help_heading = "Server")]
+    pub enable_prompt_tokens_details: bool,
+
+    /// Probability, per decode position, that the synthetic model ranks an EOS id first (so
+    /// generations end naturally), in `[0, 1]`. `0`: generations end only at `max_new_tokens` /
+    /// stop ids (unless sampling picks an EOS id that is among the candidates).
+    #[arg(long, env = "GENFRONT_MOCKER_EOS_PROBABILITY", default_value_t = DEFAULT_EOS_PROBABILITY, help_heading = "Model")]
+    pub eos_probability: f64,
+    /// Prefix-cache granularity in tokens: only full blocks of this many prompt tokens are
+    /// cached and reported as `cached_tokens`. `1` matches SGLang's radix cache at its default
+    /// `--page-size 1` (token-granular); `16` matches vLLM's default `--block-size 16`
+    /// (full-block prefix caching). `0` disables the cache.
+    #[arg(long, env = "GENFRONT_MOCKER_PREFIX_CACHE_BLOCK_SIZE", default_value_t = DEFAULT_PREFIX_CACHE_BLOCK_SIZE, help_heading = "Model")]
+    pub prefix_cache_block_size: u32,
+
     /// Scripted fault (repeatable; env: comma-separated). Engine faults: `error@K:KIND[:MSG]`,
     /// `fail-after@K:N[:KIND[:MSG]]`, `stall@K:N`, `finish-error@K:N[:MSG]` (K counts engine
     /// requests). HTTP faults: `http-status@K:STATUS[:MSG]`, `drop@K:N`, `malformed@K:N`,
@@ -162,6 +184,9 @@ impl MockServerArgs {
             eos_token_id: DEFAULT_EOS_TOKEN_ID,
             enable_return_routed_experts: false,
             return_sampling_mask: false,
+            enable_prompt_tokens_details: false,
+            eos_probability: DEFAULT_EOS_PROBABILITY,
+            prefix_cache_block_size: DEFAULT_PREFIX_CACHE_BLOCK_SIZE,
             faults: Vec::new(),
         }
     }
@@ -220,12 +245,17 @@ impl MockServerArgs {
         };
         cfg.speedup = self.mock_speedup;
         cfg.info.model = self.model.clone();
-        cfg.info.vocab_size = self.vocab_size;
+        cfg.info.vocab_size = Some(self.vocab_size);
         cfg.info.max_context_len = self.context_len;
         cfg.info.eos_token_ids = vec![self.eos_token_id];
         cfg.info.routed_experts = self.enable_return_routed_experts;
         cfg.info.sampling_mask = self.return_sampling_mask;
+        cfg.eos_probability = self.eos_probability;
+        cfg.prefix_cache.block_size = self.prefix_cache_block_size;
         cfg.faults = self.engine_faults();
+        if self.api == Api::Sglang {
+            cfg.info.server_info = Some(crate::info::server_info(self, &cfg.info));
+        }
         cfg
     }
 }

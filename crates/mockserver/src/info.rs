@@ -1,6 +1,5 @@
-//! SGLang's `GET /get_server_info` (and `/server_info`) body for the mock server.
+//! SGLang's `GET /get_server_info` (and `/server_info`) document for the mock server.
 
-use genfront_mocker::MockEngine;
 use serde_json::{Value, json};
 
 use crate::args::MockServerArgs;
@@ -9,39 +8,30 @@ use crate::args::MockServerArgs;
 /// valid PEP 440 version, so clients that parse it keep working).
 pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "+genfront.mock");
 
-/// SGLang's server-info body (`spec/sglang-native.md` §12.2): the server args, the scheduler
-/// info merged in at the top level (as SGLang's handler does with `**scheduler_info`),
-/// `internal_states` (one entry per DP rank: one here) and `version`. Only the keys clients read
-/// carry meaning; the mock has no tokenizer, so `skip_tokenizer_init` is `true`.
-pub(crate) fn server_info(args: &MockServerArgs, engine: &MockEngine) -> Value {
-    let info = engine.info();
-    let context = info.max_context_len;
-    json!({
-        "model_path": info.model,
-        "tokenizer_path": info.model,
-        "served_model_name": info.model,
-        "skip_tokenizer_init": true,
-        "host": args.host.to_string(),
-        "port": args.port(),
-        "context_length": context,
-        "max_running_requests": info.max_num_seqs,
-        "incremental_streaming_output": args.incremental_streaming,
-        "stream_interval": 1,
-        "enable_return_routed_experts": args.enable_return_routed_experts,
-        "disaggregation_mode": "null",
-        "tp_size": 1,
-        "dp_size": 1,
-        "enable_metrics": true,
-        "max_total_num_tokens": u64::from(context) * u64::from(info.max_num_seqs.max(1)),
-        "max_req_input_len": context.saturating_sub(1),
-        "internal_states": [{
-            "dp_rank": 0,
-            "num_running_reqs": engine.running(),
-            "num_used_tokens": 0,
-            "token_usage": 0.0,
-            "cache_hit_rate": 0.0,
-            "last_gen_throughput": 0.0,
-        }],
-        "version": VERSION,
-    })
+/// The document a `--skip-tokenizer-init` SGLang server with the mock's facts reports
+/// ([`genfront_sglang::server_info`]), plus what only the server knows: its `host` and `port`,
+/// its `version`, and one DP rank's `internal_states` entry. It becomes the mock engine's
+/// [`genfront_protocol::EngineInfo::server_info`], which the SGLang format's `/server_info`
+/// route relays (and which genfront's SGLang client reads and relays in turn).
+pub(crate) fn server_info(args: &MockServerArgs, info: &genfront_protocol::EngineInfo) -> Value {
+    let mut doc = genfront_sglang::server_info(info, args.incremental_streaming);
+    if let Value::Object(m) = &mut doc {
+        m.insert("host".to_owned(), json!(args.host.to_string()));
+        m.insert("port".to_owned(), json!(args.port()));
+        m.insert("enable_metrics".to_owned(), json!(true));
+        m.insert(
+            "internal_states".to_owned(),
+            json!([{
+                "model_path": info.model,
+                "dp_rank": 0,
+                "num_running_reqs": 0,
+                "num_used_tokens": 0,
+                "token_usage": 0.0,
+                "cache_hit_rate": 0.0,
+                "last_gen_throughput": 0.0,
+            }]),
+        );
+        m.insert("version".to_owned(), json!(VERSION));
+    }
+    doc
 }

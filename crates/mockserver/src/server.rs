@@ -8,14 +8,11 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use axum::Router;
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use genfront_format::{FormatSettings, GenerateFormat, Route};
 use genfront_frontend::{AppState, FrontendConfig};
 use genfront_mocker::{MockConfigError, MockEngine};
 use genfront_protocol::Engine;
 use genfront_router::{RetryConfig, Role, RouterConfig, RouterMetrics, WorkerSpec};
-use http::header::{CONTENT_TYPE, HeaderValue};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -23,7 +20,6 @@ use tokio_util::sync::CancellationToken;
 use crate::aborts::AbortLog;
 use crate::args::{Api, MockServerArgs};
 use crate::fault::{HttpAction, HttpFault};
-use crate::info::server_info;
 use crate::inject::{self, Injector};
 
 /// Why a [`MockServer`] cannot be built from its flags.
@@ -79,9 +75,16 @@ impl MockServer {
     fn over(args: &MockServerArgs, engine: Arc<MockEngine>, faults: Vec<HttpFault>) -> Self {
         let api = args.api;
         let entry = api.catalog_entry();
-        let format: Arc<dyn GenerateFormat> = (entry.build)(&FormatSettings {
-            incremental_streaming: args.incremental_streaming,
-        });
+        let format: Arc<dyn GenerateFormat> = match api {
+            // vLLM's `--enable-prompt-tokens-details` is a server flag of the format.
+            Api::Vllm => Arc::new(
+                genfront_vllm::VllmFormat::new()
+                    .with_prompt_tokens_details(args.enable_prompt_tokens_details),
+            ),
+            Api::Sglang => (entry.build)(&FormatSettings {
+                incremental_streaming: args.incremental_streaming,
+            }),
+        };
         let route = Route {
             path: entry.native_path.to_owned(),
             methods: entry.native_methods.to_vec(),
@@ -118,25 +121,11 @@ impl MockServer {
             aborts: AbortLog::default(),
             body_limit,
         });
-        let mut router = genfront_frontend::app(state.clone(), &[route]);
-        if api == Api::Sglang {
-            let args = Arc::new(args.clone());
-            for path in ["/get_server_info", "/server_info"] {
-                let args = args.clone();
-                let engine = engine.clone();
-                router = router.route(
-                    path,
-                    get(move || {
-                        let body = server_info(&args, &engine);
-                        async move { json(body) }
-                    }),
-                );
-            }
-        }
-        let router = router.layer(axum::middleware::from_fn_with_state(
-            injector.clone(),
-            inject::layer,
-        ));
+        // SGLang's `/server_info` is one of the format's auxiliary routes: it relays the mock
+        // engine's `EngineInfo::server_info` (built by `MockServerArgs::mock_config`).
+        let router = genfront_frontend::app(state.clone(), &[route]).layer(
+            axum::middleware::from_fn_with_state(injector.clone(), inject::layer),
+        );
         Self {
             engine,
             state,
@@ -195,15 +184,6 @@ impl MockServer {
         aborter.abort();
         result
     }
-}
-
-fn json(body: serde_json::Value) -> Response {
-    let mut r = serde_json::to_vec(&body)
-        .unwrap_or_default()
-        .into_response();
-    r.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    r
 }
 
 /// Build from `args` and serve on `listener` until `shutdown` fires (see

@@ -17,6 +17,12 @@ pub type OutputStream = Pin<Box<dyn Stream<Item = Result<EngineOutput, EngineErr
 pub type ProbeFuture<'a> = Pin<Box<dyn Future<Output = Result<(), EngineError>> + Send + 'a>>;
 
 /// Static facts about the model an engine serves; formats validate requests against them.
+///
+/// A fact is learned from the worker when it reports it (SGLang `/server_info`, vLLM
+/// `/v1/models`), else taken from the operator's per-worker flags; a fact that is neither is
+/// **unknown** (`None`, or [`UNKNOWN_CONTEXT_LEN`] for the context length) and formats then skip
+/// the check that needs it, leaving it to the engine (whose own 400 is relayed). A default that
+/// could reject valid input (e.g. a guessed vocabulary size) is never used.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EngineInfo {
     /// Served model name (vLLM `model`, SGLang `model_path`).
@@ -25,41 +31,64 @@ pub struct EngineInfo {
     /// valid `model`).
     #[serde(default)]
     pub model_aliases: Vec<String>,
-    /// Vocabulary size: valid token ids are `0..vocab_size`.
-    pub vocab_size: u32,
-    /// Maximum context length (prompt + output) in tokens.
+    /// Vocabulary size: valid token ids are `0..vocab_size`. `None`: unknown (neither SGLang's
+    /// nor vLLM's HTTP API reports it), so token ids are not range-checked by genfront.
+    #[serde(default)]
+    pub vocab_size: Option<u32>,
+    /// Maximum context length (prompt + output) in tokens; [`UNKNOWN_CONTEXT_LEN`] when unknown
+    /// (then no length check is made by genfront). Use [`EngineInfo::context_limit`].
     pub max_context_len: u32,
-    /// End-of-sequence token ids.
+    /// End-of-sequence token ids (empty: unknown).
+    #[serde(default)]
     pub eos_token_ids: Vec<u32>,
-    /// Maximum top-logprobs per position (vLLM `--max-logprobs`).
-    pub max_logprobs: u32,
-    /// Maximum parallel samples per request (vLLM `max_num_seqs`).
-    pub max_num_seqs: u32,
+    /// Maximum top-logprobs per position (vLLM `--max-logprobs`). `None`: unknown or no cap
+    /// (SGLang has none), so not checked by genfront.
+    #[serde(default)]
+    pub max_logprobs: Option<u32>,
+    /// Maximum parallel samples per request (vLLM `max_num_seqs`, SGLang
+    /// `max_running_requests`). `None`: unknown, so `n` is not bounded by genfront.
+    #[serde(default)]
+    pub max_num_seqs: Option<u32>,
     /// Whether the engine can report routed experts.
     pub routed_experts: bool,
     /// Whether the engine can report sampling masks.
     pub sampling_mask: bool,
+    /// The worker's own server-info document, as it reported it (SGLang `GET /server_info`), for
+    /// auxiliary routes that relay it. `None` for engines without one (mock, vLLM, sidecars that
+    /// do not forward it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_info: Option<serde_json::Value>,
 }
+
+/// [`EngineInfo::max_context_len`] of an engine whose context length is unknown.
+pub const UNKNOWN_CONTEXT_LEN: u32 = u32::MAX;
 
 impl EngineInfo {
     /// Whether `name` is the served model or one of its aliases.
     pub fn serves(&self, name: &str) -> bool {
         self.model == name || self.model_aliases.iter().any(|a| a == name)
     }
+
+    /// The context length, when known (`None` for [`UNKNOWN_CONTEXT_LEN`]).
+    pub fn context_limit(&self) -> Option<u32> {
+        (self.max_context_len != UNKNOWN_CONTEXT_LEN).then_some(self.max_context_len)
+    }
 }
 
 impl Default for EngineInfo {
+    /// The in-process mock engine's facts (all known).
     fn default() -> Self {
         Self {
             model: "genfront-mock".to_owned(),
             model_aliases: Vec::new(),
-            vocab_size: 152_064,
+            vocab_size: Some(152_064),
             max_context_len: 32_768,
             eos_token_ids: vec![2],
-            max_logprobs: 20,
-            max_num_seqs: 256,
+            max_logprobs: Some(20),
+            max_num_seqs: Some(256),
             routed_experts: true,
             sampling_mask: true,
+            server_info: None,
         }
     }
 }

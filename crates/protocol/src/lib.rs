@@ -12,7 +12,7 @@ mod error;
 mod output;
 mod request;
 
-pub use engine::{Engine, EngineInfo, OutputStream, ProbeFuture};
+pub use engine::{Engine, EngineInfo, OutputStream, ProbeFuture, UNKNOWN_CONTEXT_LEN};
 pub use error::{EngineError, ErrorKind, Fault};
 pub use output::{
     Candidate, EngineOutput, FinishReason, PromptLogprobs, RoutedExperts, StopMatch, TokenLogprob,

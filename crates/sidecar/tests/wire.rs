@@ -275,11 +275,11 @@ proptest! {
     ) {
         let info = EngineInfo {
             model,
-            vocab_size: numbers[0],
+            vocab_size: Some(numbers[0]),
             max_context_len: numbers[1],
             eos_token_ids,
-            max_logprobs: numbers[2],
-            max_num_seqs: numbers[3],
+            max_logprobs: Some(numbers[2]),
+            max_num_seqs: Some(numbers[3]),
             routed_experts: flags.0,
             sampling_mask: flags.1,
             // Fields added to `EngineInfo` later keep their defaults.

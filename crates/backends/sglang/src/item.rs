@@ -83,8 +83,13 @@ pub(crate) fn validate_and_expand(
 ) -> Result<Vec<ItemSpec>, GenerateError> {
     let invalid = |m: String| Err(GenerateError::validation(m));
     let default_sampling = SamplingParams::read(&Obj::new(), "body.sampling_params")?;
-    let context = i128::from(engine.max_context_len);
+    // Unknown facts skip their checks: the engine makes them and its own 400 is relayed. Ids
+    // above `u32::MAX` are outside every vocabulary (and cannot be carried), so they are refused
+    // even then.
+    let context = engine.context_limit().map(i128::from);
     let vocab = engine.vocab_size;
+    let id_bound = vocab.map_or(i64::from(u32::MAX) + 1, i64::from);
+    let vocab_text = vocab.map_or_else(|| "unknown".to_owned(), |v| v.to_string());
     let mut specs = Vec::with_capacity(rows.len().saturating_mul(n));
     for row in rows {
         // _tokenize_one_request
@@ -103,12 +108,15 @@ pub(crate) fn validate_and_expand(
         };
         // _validate_one_request
         let input_tokens = ids.len() as i128;
-        if input_tokens >= context {
+        if let Some(context) = context
+            && input_tokens >= context
+        {
             return invalid(format!(
                 "The input ({input_tokens} tokens) is longer than the model's context length ({context} tokens)."
             ));
         }
-        if let Some(raw) = &sampling.max_new_tokens_raw
+        if let Some(context) = context
+            && let Some(raw) = &sampling.max_new_tokens_raw
             && let Some(max_new) = number_to_int(raw)
             && max_new + input_tokens > context
         {
@@ -118,23 +126,23 @@ pub(crate) fn validate_and_expand(
                 PyNum(raw)
             ));
         }
-        if ids.iter().any(|&id| id >= i64::from(vocab)) {
+        if ids.iter().any(|&id| id >= id_bound) {
             return invalid(format!(
-                "The input_ids {} contains values greater than the vocab size ({vocab}).",
+                "The input_ids {} contains values greater than the vocab size ({vocab_text}).",
                 int_list_repr(&ids)
             ));
         }
         if let Some(neg) = ids.iter().find(|&&id| id < 0) {
             return invalid(format!(
-                "The input_ids contain the negative token id {neg}; valid token ids are in [0, {vocab})."
+                "The input_ids contain the negative token id {neg}; valid token ids are in [0, {vocab_text})."
             ));
         }
         let token_ids_logprob = match row.token_ids_logprob {
             None => None,
             Some(list) => {
-                if let Some(bad) = list.iter().find(|&&id| id < 0 || id >= i64::from(vocab)) {
+                if let Some(bad) = list.iter().find(|&&id| id < 0 || id >= id_bound) {
                     return invalid(format!(
-                        "token_ids_logprob contains out-of-vocabulary token id {bad}; valid range is [0, {vocab})."
+                        "token_ids_logprob contains out-of-vocabulary token id {bad}; valid range is [0, {vocab_text})."
                     ));
                 }
                 Some(

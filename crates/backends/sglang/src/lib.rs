@@ -58,6 +58,10 @@ pub const NATIVE_PATH: &str = "/generate";
 /// SGLang's abort path.
 pub const ABORT_PATH: &str = "/abort_request";
 
+/// The most parallel samples (`n`) one request may fan out to when the engine did not report
+/// its `max_running_requests` (each sample is one engine request).
+pub const MAX_FANOUT_UNKNOWN: u32 = 4096;
+
 static METHODS: [Method; 2] = [Method::POST, Method::PUT];
 
 /// The catalog entry: name `sglang`, native path `/generate`, `POST` and `PUT` (the newest SGLang
@@ -75,22 +79,120 @@ fn build(settings: &FormatSettings) -> Arc<dyn GenerateFormat> {
     Arc::new(SglangFormat::new(settings))
 }
 
-/// SGLang's auxiliary `GET` routes: model info (`/get_model_info`, deprecated, and `/model_info`)
-/// and the generation health probe (`/health_generate`).
-static AUX_ROUTES: [AuxRoute; 3] = [
-    AuxRoute {
-        path: "/model_info",
-        kind: AuxKind::ModelInfo(model_info),
-    },
-    AuxRoute {
-        path: "/get_model_info",
-        kind: AuxKind::ModelInfo(model_info),
-    },
-    AuxRoute {
-        path: "/health_generate",
-        kind: AuxKind::GenerateProbe,
-    },
-];
+/// SGLang's auxiliary `GET` routes: model info (`/get_model_info`, deprecated, and `/model_info`),
+/// server info (`/get_server_info`, deprecated, and `/server_info`) and the generation health
+/// probe (`/health_generate`). Two lists, because the server info states the format's streaming
+/// mode: `AUX_ROUTES` for the default cumulative mode, `AUX_ROUTES_INCREMENTAL` for
+/// `--incremental-streaming-output`.
+static AUX_ROUTES: [AuxRoute; 5] = aux_routes(server_info_cumulative);
+static AUX_ROUTES_INCREMENTAL: [AuxRoute; 5] = aux_routes(server_info_incremental);
+
+const fn aux_routes(server_info: fn(&EngineInfo) -> NativeResponse) -> [AuxRoute; 5] {
+    [
+        AuxRoute {
+            path: "/model_info",
+            kind: AuxKind::ModelInfo(model_info),
+        },
+        AuxRoute {
+            path: "/get_model_info",
+            kind: AuxKind::ModelInfo(model_info),
+        },
+        AuxRoute {
+            path: "/server_info",
+            kind: AuxKind::ModelInfo(server_info),
+        },
+        AuxRoute {
+            path: "/get_server_info",
+            kind: AuxKind::ModelInfo(server_info),
+        },
+        AuxRoute {
+            path: "/health_generate",
+            kind: AuxKind::GenerateProbe,
+        },
+    ]
+}
+
+/// The `version` genfront reports in a server info it builds itself: this crate's version with a
+/// `+genfront` local label (a valid PEP 440 version, so clients that parse it keep working).
+pub const SERVER_INFO_VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "+genfront");
+
+fn server_info_cumulative(info: &EngineInfo) -> NativeResponse {
+    json_response(&server_info(info, false))
+}
+
+fn server_info_incremental(info: &EngineInfo) -> NativeResponse {
+    json_response(&server_info(info, true))
+}
+
+fn json_response(body: &serde_json::Value) -> NativeResponse {
+    NativeResponse::json(
+        StatusCode::OK,
+        Bytes::from(serde_json::to_vec(body).unwrap_or_default()),
+    )
+}
+
+/// SGLang's `GET /server_info` document (`http_server.py`: `dataclasses.asdict(server_args)`, the
+/// scheduler info merged in at the top level, `internal_states` — one entry per DP rank — and
+/// `version`), as a client of genfront's SGLang route should see it.
+///
+/// - A worker that reported its own document ([`EngineInfo::server_info`], a native SGLang
+///   server) is relayed as it is, except `incremental_streaming_output` / `stream_output`, which
+///   state the streaming mode of *this* route (`incremental`), since that is what its client
+///   receives.
+/// - Otherwise (the in-process mock, a vLLM worker, a sidecar) the document is what a
+///   `--skip-tokenizer-init` SGLang server with these facts reports, limited to the keys SGLang
+///   clients and routers read: `model_path`, `tokenizer_path`, `served_model_name`,
+///   `skip_tokenizer_init`, `context_length`, `max_running_requests`, `page_size`, `tp_size`,
+///   `dp_size`, `stream_interval`, the streaming mode, `enable_return_routed_experts`, the P/D
+///   keys (`disaggregation_mode` `"null"`, `disaggregation_bootstrap_port`), the scheduler info
+///   (`status`, `max_total_num_tokens`, `max_req_input_len`), `internal_states` and `version`
+///   ([`SERVER_INFO_VERSION`]). Unknown facts are `null`.
+pub fn server_info(info: &EngineInfo, incremental: bool) -> serde_json::Value {
+    use serde_json::{Value, json};
+    if let Some(Value::Object(worker)) = &info.server_info {
+        let mut doc = worker.clone();
+        doc.insert(
+            "incremental_streaming_output".to_owned(),
+            Value::Bool(incremental),
+        );
+        if doc.contains_key("stream_output") {
+            // Older SGLang spelling of the same flag.
+            doc.insert("stream_output".to_owned(), Value::Bool(incremental));
+        }
+        return Value::Object(doc);
+    }
+    let context = info.context_limit();
+    let max_total = match (context, info.max_num_seqs) {
+        (Some(c), Some(n)) => Some(u64::from(c) * u64::from(n.max(1))),
+        _ => None,
+    };
+    json!({
+        "model_path": info.model,
+        "tokenizer_path": info.model,
+        "served_model_name": info.model,
+        "skip_tokenizer_init": true,
+        "is_embedding": false,
+        "context_length": context,
+        "max_running_requests": info.max_num_seqs,
+        "page_size": 1,
+        "tp_size": 1,
+        "dp_size": 1,
+        "stream_interval": 1,
+        "incremental_streaming_output": incremental,
+        "enable_return_routed_experts": info.routed_experts,
+        "disaggregation_mode": "null",
+        "disaggregation_bootstrap_port": 8998,
+        "weight_version": "default",
+        "status": "ready",
+        "max_total_num_tokens": max_total,
+        "max_req_input_len": context.map(|c| c.saturating_sub(1)),
+        "internal_states": [{
+            "model_path": info.model,
+            "last_gen_throughput": 0.0,
+        }],
+        "version": SERVER_INFO_VERSION,
+    })
+}
 
 /// SGLang's `/model_info` body (`spec/sglang-native.md` §12.2) for the served model. Facts the
 /// engine contract does not carry (`model_type`, `architectures`) are `null`.
@@ -178,7 +280,11 @@ impl GenerateFormat for SglangFormat {
     }
 
     fn aux_routes(&self) -> &'static [AuxRoute] {
-        &AUX_ROUTES
+        if self.incremental_streaming {
+            &AUX_ROUTES_INCREMENTAL
+        } else {
+            &AUX_ROUTES
+        }
     }
 }
 

@@ -308,8 +308,15 @@ fn normalize(
         );
     }
     // SGLang has no cap of its own, but each sample is an engine request: bound the fan-out by
-    // what the engine can run at once.
-    let max_n = i128::from(input.engine.max_num_seqs.max(1));
+    // what the engine can run at once (`max_running_requests`), or by genfront's fan-out bound
+    // when the engine did not say.
+    let max_n = i128::from(
+        input
+            .engine
+            .max_num_seqs
+            .unwrap_or(crate::MAX_FANOUT_UNKNOWN)
+            .max(1),
+    );
     if n > max_n {
         return Err(GenerateError::validation(format!(
             "sampling_params.n={n} exceeds the maximum number of parallel samples ({max_n})."

@@ -133,7 +133,10 @@ impl SamplingParams {
     /// messages. genfront has no tokenizer, so string stop conditions get SGLang's
     /// `--skip-tokenizer-init` rejection. (`min_new_tokens > 0` is *not* rejected: the engine knows
     /// its EOS ids and enforces `min_tokens` itself.)
-    pub(crate) fn verify(&self, vocab_size: u32) -> Result<(), GenerateError> {
+    ///
+    /// With `vocab_size` unknown (`None`), `logit_bias` keys are only checked to be integers
+    /// that fit a token id; the range check is the engine's.
+    pub(crate) fn verify(&self, vocab_size: Option<u32>) -> Result<(), GenerateError> {
         let invalid = |m: String| Err(GenerateError::validation(m));
         if let Some(stop) = self.stop.as_deref().filter(|s| !s.is_empty()) {
             return invalid(format!(
@@ -226,11 +229,16 @@ impl SamplingParams {
         }
         for key in &self.logit_bias_keys {
             match parse_py_int(key) {
-                Some(id) if (0..i128::from(vocab_size)).contains(&id) => {}
+                Some(id)
+                    if (0..vocab_size.map_or(i128::from(u32::MAX) + 1, i128::from))
+                        .contains(&id) => {}
                 Some(_) => {
                     return invalid(format!(
                         "logit_bias must has keys in [0, {}], got {key}.",
-                        i128::from(vocab_size) - 1
+                        vocab_size.map_or_else(
+                            || "vocab_size - 1".to_owned(),
+                            |v| (i128::from(v) - 1).to_string()
+                        )
                     ));
                 }
                 None => {
@@ -370,7 +378,7 @@ mod tests {
         let params =
             SamplingParams::read(&obj, "body.sampling_params").map_err(|e| e.to_string())?;
         params
-            .verify(100)
+            .verify(Some(100))
             .map_err(|e| e.public_message().into_owned())
     }
 

@@ -198,19 +198,21 @@ impl Default for VllmFormat {
 }
 
 impl VllmFormat {
-    /// A format with vLLM's defaults except `--enable-prompt-tokens-details`, which is on:
-    /// `usage.prompt_tokens_details` is `{"cached_tokens": N}` whenever the engine reports usage
-    /// (RL clients read the cache hits), `null` otherwise.
+    /// A format with vLLM's defaults, including `--enable-prompt-tokens-details` off:
+    /// `usage.prompt_tokens_details` is `null` (vLLM's `serving_engine` fills
+    /// `PromptTokenUsageInfo(cached_tokens=…)` only when `enable_prompt_tokens_details` is set;
+    /// see [`VllmFormat::with_prompt_tokens_details`]).
     pub fn new() -> Self {
         Self {
             loras: Vec::new(),
             flags: project::ServerFlags {
-                prompt_tokens_details: true,
+                prompt_tokens_details: false,
             },
         }
     }
 
-    /// Set `--enable-prompt-tokens-details` (off in vLLM by default).
+    /// Set `--enable-prompt-tokens-details` (off in vLLM by default): `usage.prompt_tokens_details`
+    /// is then `{"cached_tokens": N}` whenever the engine reports usage, `null` otherwise.
     #[must_use]
     pub fn with_prompt_tokens_details(mut self, on: bool) -> Self {
         self.flags.prompt_tokens_details = on;

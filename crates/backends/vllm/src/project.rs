@@ -85,7 +85,8 @@ pub(crate) fn project(
     request_id: String,
 ) -> (EngineRequest, ResponseConfig) {
     let s = &r.sampling;
-    let vocab = engine.vocab_size;
+    // `-1` = the whole vocabulary (unknown: every candidate the engine returns).
+    let vocab = engine.vocab_size.unwrap_or(u32::MAX);
     let whole_vocab = |k: PyInt| if k.get() == -1 { vocab } else { clamp_u32(k) };
     let logprob_mode = match (s.logprobs, &s.logprob_token_ids) {
         (Some(k), ids) => Some(LogprobMode {

@@ -334,10 +334,12 @@ pub(crate) fn serve_checks(
             param: Some("sampling_params".to_owned()),
         });
     }
-    if s.n.get() > i128::from(engine.max_num_seqs) {
+    if let Some(max_num_seqs) = engine.max_num_seqs
+        && s.n.get() > i128::from(max_num_seqs)
+    {
         return Err(bad_request(format!(
-            "sampling_params.n must be at most the server's max_num_seqs ({}), got {}.",
-            engine.max_num_seqs, s.n
+            "sampling_params.n must be at most the server's max_num_seqs ({max_num_seqs}), got {}.",
+            s.n
         )));
     }
     if r.stream && s.prompt_logprob_token_ids {
@@ -357,21 +359,30 @@ pub(crate) fn serve_checks(
     if s.overflow || r.overflow {
         return Err(bad_request("can't serialize ints < -2**63 or > 2**64 - 1"));
     }
-    if r.max_token_id.get() >= i128::from(engine.vocab_size) {
+    // Unknown vocabulary: only ids no vocabulary can hold (above `u32::MAX`) are refused here;
+    // the engine checks the rest.
+    if r.max_token_id.get() >= vocab_bound(engine) {
         return Err(bad_request(format!(
             "Token id {} is out of vocabulary",
             r.max_token_id
         )));
     }
     let prompt_len = r.token_ids.len() as i128;
-    let context = i128::from(engine.max_context_len);
-    let max_tokens = match s.max_tokens.filter(|_| s.max_tokens_provided) {
-        Some(m) if prompt_len + m.get() > context => {
-            return Err(prompt_too_long(prompt_len, context, Some(m)));
-        }
-        Some(m) => u32::try_from(m.get()).ok(),
-        None if prompt_len < context => u32::try_from(context - prompt_len).ok(),
-        None => None,
+    let max_tokens = match engine.context_limit().map(i128::from) {
+        Some(context) => match s.max_tokens.filter(|_| s.max_tokens_provided) {
+            Some(m) if prompt_len + m.get() > context => {
+                return Err(prompt_too_long(prompt_len, context, Some(m)));
+            }
+            Some(m) => u32::try_from(m.get()).ok(),
+            None if prompt_len < context => u32::try_from(context - prompt_len).ok(),
+            None => None,
+        },
+        // Unknown context length: an explicit `max_tokens` is carried, otherwise the engine
+        // applies its own `max_model_len - prompt` default.
+        None => s
+            .max_tokens
+            .filter(|_| s.max_tokens_provided)
+            .and_then(|m| u32::try_from(m.get()).ok()),
     };
     Ok(Resolved {
         lora,
@@ -413,20 +424,28 @@ pub(crate) fn engine_checks(
     resolved: &Resolved,
 ) -> Result<(), GenerateError> {
     let s = &r.sampling;
-    let vocab = i128::from(engine.vocab_size);
-    let max_logprobs = i128::from(engine.max_logprobs);
-    let whole_vocab = |k: PyInt| if k.get() == -1 { vocab } else { k.get() };
-    if let Some(k) = s.logprobs.filter(|k| k.get() != 0) {
-        let num = whole_vocab(k);
-        if num > max_logprobs {
-            return Err(validation(
-                format!(
-                    "Requested sample logprobs of {num}, which is greater than max allowed: {max_logprobs}"
-                ),
-                Some("logprobs"),
-                Some(num.to_string()),
-            ));
-        }
+    let vocab = vocab_bound(engine);
+    // `-1` asks for the whole vocabulary; with the vocabulary or the cap unknown, the engine
+    // checks the count.
+    let over_cap = |k: PyInt| -> Option<(i128, i128)> {
+        let cap = i128::from(engine.max_logprobs?);
+        let num = if k.get() == -1 {
+            i128::from(engine.vocab_size?)
+        } else {
+            k.get()
+        };
+        (num > cap).then_some((num, cap))
+    };
+    if let Some(k) = s.logprobs.filter(|k| k.get() != 0)
+        && let Some((num, max_logprobs)) = over_cap(k)
+    {
+        return Err(validation(
+            format!(
+                "Requested sample logprobs of {num}, which is greater than max allowed: {max_logprobs}"
+            ),
+            Some("logprobs"),
+            Some(num.to_string()),
+        ));
     }
     if let Some(ids) = &s.logprob_token_ids {
         let n = ids.len();
@@ -452,17 +471,16 @@ pub(crate) fn engine_checks(
             ));
         }
     }
-    if let Some(k) = s.prompt_logprobs.filter(|k| k.get() != 0) {
-        let num = whole_vocab(k);
-        if num > max_logprobs {
-            return Err(validation(
-                format!(
-                    "Requested prompt logprobs of {num}, which is greater than max allowed: {max_logprobs}"
-                ),
-                Some("prompt_logprobs"),
-                Some(num.to_string()),
-            ));
-        }
+    if let Some(k) = s.prompt_logprobs.filter(|k| k.get() != 0)
+        && let Some((num, max_logprobs)) = over_cap(k)
+    {
+        return Err(validation(
+            format!(
+                "Requested prompt logprobs of {num}, which is greater than max allowed: {max_logprobs}"
+            ),
+            Some("prompt_logprobs"),
+            Some(num.to_string()),
+        ));
     }
     oov_check(&s.logit_bias_ids, vocab, "logit_bias")?;
     if let Some(allowed) = &s.allowed_token_ids {
@@ -487,11 +505,24 @@ pub(crate) fn engine_checks(
         }
     }
     oov_check(&s.stop_token_ids, vocab, "stop_token_ids")?;
-    if resolved.max_tokens.is_none() {
-        let context = i128::from(engine.max_context_len);
-        return Err(prompt_too_long(r.token_ids.len() as i128, context, None));
+    if resolved.max_tokens.is_none()
+        && let Some(context) = engine.context_limit()
+    {
+        return Err(prompt_too_long(
+            r.token_ids.len() as i128,
+            i128::from(context),
+            None,
+        ));
     }
     Ok(())
+}
+
+/// The exclusive upper bound of a valid token id: the vocabulary size, or `u32::MAX + 1` (the
+/// ids genfront can carry) when it is unknown.
+fn vocab_bound(engine: &EngineInfo) -> i128 {
+    engine
+        .vocab_size
+        .map_or(i128::from(u32::MAX) + 1, i128::from)
 }
 
 fn oov_check(ids: &[PyInt], vocab: i128, name: &str) -> Result<(), GenerateError> {
@@ -506,7 +537,12 @@ fn oov_check(ids: &[PyInt], vocab: i128, name: &str) -> Result<(), GenerateError
     let list = py_int_list(&invalid);
     Err(validation(
         format!(
-            "token_id(s) {list} in {name} contain out-of-vocab token ids. Vocabulary size: {vocab}"
+            "token_id(s) {list} in {name} contain out-of-vocab token ids. Vocabulary size: {}",
+            if vocab > i128::from(u32::MAX) {
+                "unknown".to_owned()
+            } else {
+                vocab.to_string()
+            }
         ),
         Some(name),
         Some(list),

@@ -37,32 +37,32 @@ pub use stream::CLOSED_EARLY;
 #[cfg(doc)]
 use genfront_protocol::EngineOutput;
 
-/// Vocabulary size assumed when [`SglangEngineOptions::vocab_size`] is not changed (Qwen2.5's
-/// padded vocabulary); SGLang's HTTP API does not report it.
-pub const DEFAULT_VOCAB_SIZE: u32 = 152_064;
-
-/// Context length assumed when the server reports neither `context_length` nor
-/// `max_req_input_len` and no override is given.
-pub const DEFAULT_CONTEXT_LEN: u32 = 32_768;
-
 /// How [`SglangEngine::connect`] and the client behave, and the model facts SGLang's HTTP API
 /// does not report.
+///
+/// A fact left unset that the server does not report either stays unknown in [`EngineInfo`]:
+/// genfront then skips the check and SGLang makes it (its own 400 is relayed). SGLang's
+/// `/server_info` (server args, scheduler info, `internal_states`, `version`;
+/// `http_server.py`) reports `context_length` (null unless `--context-length` is given),
+/// `max_req_input_len`, `max_running_requests`, `served_model_name` and the streaming mode, but
+/// no vocabulary size, EOS ids or logprob cap.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SglangEngineOptions {
     /// Served model name. `None`: SGLang's `model_path` (its `served_model_name`, when different,
     /// becomes an alias).
     pub model: Option<String>,
-    /// Vocabulary size (valid token ids are `0..vocab_size`). Default [`DEFAULT_VOCAB_SIZE`].
-    pub vocab_size: u32,
+    /// Vocabulary size (valid token ids are `0..vocab_size`). `None` (default): the server's
+    /// `vocab_size` if it reports one (SGLang does not), else unknown.
+    pub vocab_size: Option<u32>,
     /// EOS token ids, used to tell an EOS finish from a stop-token finish. Default: none (every
     /// matched token that is not a requested stop id is then reported as EOS).
     pub eos_token_ids: Vec<u32>,
     /// Context length. `None`: the server's `context_length`, else `max_req_input_len + 1`, else
-    /// [`DEFAULT_CONTEXT_LEN`].
+    /// unknown ([`genfront_protocol::UNKNOWN_CONTEXT_LEN`]).
     pub max_context_len: Option<u32>,
-    /// Most top logprobs a request may ask for (SGLang has no cap). Default 20.
-    pub max_logprobs: u32,
-    /// Most parallel samples. `None`: the server's `max_running_requests`, else 256.
+    /// Most top logprobs a request may ask for. `None` (default): no cap (SGLang has none).
+    pub max_logprobs: Option<u32>,
+    /// Most parallel samples. `None`: the server's `max_running_requests`, else unknown.
     pub max_num_seqs: Option<u32>,
     /// The model's MoE shape `(num_layers, top_k)`. With it, `routed_experts` are also decoded
     /// into typed rows, so formats other than SGLang can serve them, and [`EngineInfo`] says the
@@ -94,10 +94,10 @@ impl Default for SglangEngineOptions {
     fn default() -> Self {
         Self {
             model: None,
-            vocab_size: DEFAULT_VOCAB_SIZE,
+            vocab_size: None,
             eos_token_ids: Vec::new(),
             max_context_len: None,
-            max_logprobs: 20,
+            max_logprobs: None,
             max_num_seqs: None,
             experts_shape: None,
             sampling_mask: false,
@@ -192,7 +192,7 @@ impl SglangEngine {
             .max_context_len
             .or_else(|| num("context_length"))
             .or_else(|| num("max_req_input_len").map(|n| n.saturating_add(1)))
-            .unwrap_or(DEFAULT_CONTEXT_LEN);
+            .unwrap_or(genfront_protocol::UNKNOWN_CONTEXT_LEN);
         let flag = |k: &str| server.get(k).and_then(Value::as_bool);
         let incremental = options
             .incremental_streaming
@@ -204,16 +204,14 @@ impl SglangEngine {
         let info = EngineInfo {
             model,
             model_aliases: aliases,
-            vocab_size: options.vocab_size,
+            vocab_size: options.vocab_size.or_else(|| num("vocab_size")),
             max_context_len,
             eos_token_ids: options.eos_token_ids.clone(),
             max_logprobs: options.max_logprobs,
-            max_num_seqs: options
-                .max_num_seqs
-                .or_else(|| num("max_running_requests"))
-                .unwrap_or(256),
+            max_num_seqs: options.max_num_seqs.or_else(|| num("max_running_requests")),
             routed_experts,
             sampling_mask: options.sampling_mask,
+            server_info: Some(Value::Object(server.clone())),
         };
         let inner = Arc::new(Inner {
             http,

@@ -80,8 +80,19 @@ async fn connect_learns_server_facts() {
     assert_eq!(info.model, "org/tiny-moe");
     assert_eq!(info.model_aliases, ["tiny"]);
     assert_eq!(info.max_context_len, 4096, "max_req_input_len + 1");
-    assert_eq!(info.max_num_seqs, 48);
-    assert_eq!(info.vocab_size, 152_064);
+    assert_eq!(info.max_num_seqs, Some(48));
+    assert_eq!(
+        info.vocab_size, None,
+        "SGLang does not report its vocabulary"
+    );
+    assert_eq!(info.max_logprobs, None, "SGLang has no logprob cap");
+    assert_eq!(
+        info.server_info
+            .as_ref()
+            .map(|s| s["max_req_input_len"].clone()),
+        Some(json!(4095)),
+        "the server's own document is kept for /server_info"
+    );
     assert_eq!(info.eos_token_ids, [2]);
     assert!(!info.routed_experts && !info.sampling_mask);
     assert!(!e.incremental_streaming());
@@ -98,7 +109,7 @@ async fn connect_learns_server_facts() {
         &fake,
         SglangEngineOptions {
             experts_shape: Some((2, 4)),
-            vocab_size: 1000,
+            vocab_size: Some(1000),
             ..options()
         },
     )
@@ -106,7 +117,7 @@ async fn connect_learns_server_facts() {
     assert!(e.incremental_streaming());
     assert_eq!(e.info().model, "org/tiny-moe");
     assert_eq!(e.info().max_context_len, 2048);
-    assert_eq!(e.info().vocab_size, 1000);
+    assert_eq!(e.info().vocab_size, Some(1000));
     assert!(e.info().routed_experts);
 
     // Nothing listening: unavailable.

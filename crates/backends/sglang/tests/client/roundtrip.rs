@@ -146,7 +146,7 @@ const STOP_ID: u32 = 9;
 
 fn info() -> EngineInfo {
     EngineInfo {
-        vocab_size: 1000,
+        vocab_size: Some(1000),
         max_context_len: 4096,
         eos_token_ids: vec![2],
         ..EngineInfo::default()

@@ -28,7 +28,7 @@ fn records(rel: &str) -> Vec<Value> {
 /// A model large enough for the recorded prompts (Llama-3 ids up to 128000, 8k-token budgets).
 fn big_engine() -> EngineInfo {
     EngineInfo {
-        vocab_size: 152_064,
+        vocab_size: Some(152_064),
         max_context_len: 32_768,
         ..EngineInfo::default()
     }

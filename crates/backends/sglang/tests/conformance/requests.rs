@@ -443,7 +443,16 @@ fn put_and_post_and_catalog() {
         Ok(genfront_format::AbortSelector::Prefix("abc".into()))
     );
     let aux: Vec<&str> = f.aux_routes().iter().map(|r| r.path).collect();
-    assert_eq!(aux, ["/model_info", "/get_model_info", "/health_generate"]);
+    assert_eq!(
+        aux,
+        [
+            "/model_info",
+            "/get_model_info",
+            "/server_info",
+            "/get_server_info",
+            "/health_generate"
+        ]
+    );
     if let genfront_format::AuxKind::ModelInfo(info) = f.aux_routes()[0].kind {
         let body = json_of(&info(&engine()).body);
         assert_eq!(body["model_path"], "genfront-mock");

@@ -15,7 +15,7 @@ use serde_json::Value;
 /// The model facts tests validate against.
 pub fn engine() -> EngineInfo {
     EngineInfo {
-        vocab_size: 1000,
+        vocab_size: Some(1000),
         max_context_len: 4096,
         ..EngineInfo::default()
     }

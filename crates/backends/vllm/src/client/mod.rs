@@ -28,21 +28,24 @@ use crate::abort::ABORT_PATH;
 
 /// Facts about the vLLM server that `GET /v1/models` does not report, and client settings.
 ///
-/// The model name(s) and `max_model_len` come from the server; set the rest to match the
-/// server's flags (`--max-logprobs`, `--max-num-seqs`, `--enable-return-routed-experts`,
-/// `--return-sampling-mask`) and the model (vocabulary, EOS ids): formats validate requests
-/// against them before vLLM sees them.
+/// The model name(s) and `max_model_len` come from the server (`GET /v1/models` cards carry
+/// `id`, `root`, `parent`, `max_model_len`, and nothing about the vocabulary or the limits). Set
+/// the rest to match the server's flags (`--max-logprobs`, `--max-num-seqs`,
+/// `--enable-return-routed-experts`, `--return-sampling-mask`) and the model (vocabulary, EOS
+/// ids) when you know them: formats then validate requests against them before vLLM sees them.
+/// A fact left `None` is unknown and its check is vLLM's (its own 400 is relayed).
 #[derive(Debug, Clone, PartialEq)]
 pub struct VllmEngineOptions {
-    /// Vocabulary size (token ids must be below it). Default 152064 (Qwen2/Qwen3).
-    pub vocab_size: u32,
+    /// Vocabulary size (token ids must be below it). Default `None`: unknown.
+    pub vocab_size: Option<u32>,
     /// End-of-sequence ids; the first one is reported for an EOS finish of a choice that produced
     /// no token (which vLLM never sends in practice). Default empty (then 0).
     pub eos_token_ids: Vec<u32>,
-    /// vLLM `--max-logprobs`. Default 20.
-    pub max_logprobs: u32,
-    /// vLLM `--max-num-seqs` (bounds `n`). Default 256.
-    pub max_num_seqs: u32,
+    /// vLLM `--max-logprobs`. Default `None`: unknown (vLLM's own default is 20).
+    pub max_logprobs: Option<u32>,
+    /// vLLM `--max-num-seqs` (bounds `n`). Default `None`: unknown (vLLM's default depends on
+    /// the hardware).
+    pub max_num_seqs: Option<u32>,
     /// The server runs with `--enable-return-routed-experts`. Default false.
     pub routed_experts: bool,
     /// The server runs with `--return-sampling-mask`. Default false.
@@ -65,10 +68,10 @@ pub struct VllmEngineOptions {
 impl Default for VllmEngineOptions {
     fn default() -> Self {
         Self {
-            vocab_size: 152_064,
+            vocab_size: None,
             eos_token_ids: Vec::new(),
-            max_logprobs: 20,
-            max_num_seqs: 256,
+            max_logprobs: None,
+            max_num_seqs: None,
             routed_experts: false,
             sampling_mask: false,
             max_context_len: None,
@@ -193,6 +196,7 @@ impl VllmEngine {
             max_num_seqs: options.max_num_seqs,
             routed_experts: options.routed_experts,
             sampling_mask: options.sampling_mask,
+            server_info: None,
         };
 
         let shared = run::Shared {

@@ -521,6 +521,11 @@ fn echoes_and_token_ids() {
 
 #[test]
 fn prompt_tokens_details_can_be_off() {
+    // Off is vLLM's default (`--enable-prompt-tokens-details` unset).
+    assert_eq!(
+        VllmFormat::new(),
+        VllmFormat::new().with_prompt_tokens_details(false)
+    );
     let format = VllmFormat::new().with_prompt_tokens_details(false);
     let headers = super::support::json_headers();
     let info = super::support::engine();

@@ -39,13 +39,14 @@ fn engine_for(body: &Value) -> EngineInfo {
             .unwrap_or("Qwen/Qwen3-0.6B")
             .to_owned(),
         model_aliases: Vec::new(),
-        vocab_size: 200_000,
+        vocab_size: Some(200_000),
         max_context_len: 4096,
         eos_token_ids: vec![2],
-        max_logprobs: 20,
-        max_num_seqs: 256,
+        max_logprobs: Some(20),
+        max_num_seqs: Some(256),
         routed_experts: false,
         sampling_mask: true,
+        server_info: None,
     }
 }
 

@@ -16,13 +16,14 @@ pub fn engine() -> EngineInfo {
     EngineInfo {
         model: MODEL.to_owned(),
         model_aliases: Vec::new(),
-        vocab_size: 1000,
+        vocab_size: Some(1000),
         max_context_len: 1024,
         eos_token_ids: vec![2],
-        max_logprobs: 20,
-        max_num_seqs: 256,
+        max_logprobs: Some(20),
+        max_num_seqs: Some(256),
         routed_experts: true,
         sampling_mask: true,
+        server_info: None,
     }
 }
 
@@ -36,17 +37,20 @@ pub fn json_headers() -> HeaderMap {
     h
 }
 
-/// Prepare raw bytes with the given headers and engine.
+/// Prepare raw bytes with the given headers and engine, on a server run with
+/// `--enable-prompt-tokens-details` (the tests read `usage.prompt_tokens_details`).
 pub fn prepare_raw(
     body: &[u8],
     headers: &HeaderMap,
     engine: &EngineInfo,
 ) -> Result<Prepared, Rejection> {
-    VllmFormat::new().prepare(ParseInput {
-        headers,
-        body,
-        engine,
-    })
+    VllmFormat::new()
+        .with_prompt_tokens_details(true)
+        .prepare(ParseInput {
+            headers,
+            body,
+            engine,
+        })
 }
 
 /// Prepare a JSON body against [`engine`].

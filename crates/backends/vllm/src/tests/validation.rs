@@ -249,7 +249,7 @@ fn logprobs_limits() {
         Some("prompt_logprobs"),
     );
     let mut wide = engine();
-    wide.max_logprobs = 1000;
+    wide.max_logprobs = Some(1000);
     let p = prepare_on(
         &with_sampling(json!({"logprobs": -1, "prompt_logprobs": -1})),
         &wide,

@@ -223,7 +223,7 @@ pub(crate) async fn serve() -> (Fake, SocketAddr) {
 
 pub(crate) fn options() -> VllmEngineOptions {
     VllmEngineOptions {
-        vocab_size: 1000,
+        vocab_size: Some(1000),
         eos_token_ids: vec![2],
         routed_experts: true,
         sampling_mask: true,
@@ -303,10 +303,12 @@ pub(crate) fn headers() -> http::HeaderMap {
 }
 
 /// Prepare a vLLM-format client body against `engine`: the projected request (dispatch id set)
-/// and its assembler.
+/// and its assembler. The format plays a server with `--enable-prompt-tokens-details`, like the
+/// fake vLLM (it sends `prompt_tokens_details`).
 pub(crate) fn prepare(engine: &VllmEngine, body: &Value) -> (EngineRequest, Box<dyn Assembler>) {
     let bytes = serde_json::to_vec(body).expect("body");
     let prepared = VllmFormat::new()
+        .with_prompt_tokens_details(true)
         .prepare(ParseInput {
             headers: &headers(),
             body: &bytes,

@@ -338,7 +338,7 @@ fn info_and_readiness() {
     assert!(e.ready());
     assert!(Engine::ready(&e));
     assert_eq!(Engine::info(&e), e.info());
-    assert_eq!(e.info().vocab_size, 152_064);
+    assert_eq!(e.info().vocab_size, Some(152_064));
     assert!(
         MockEngine::new(MockConfig {
             speedup: -1.0,

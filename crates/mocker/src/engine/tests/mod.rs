@@ -110,14 +110,14 @@ fn check(engine: &MockEngine, req: &EngineRequest, items: &[EngineOutput]) {
                 );
             }
             for (j, &t) in o.token_ids.iter().enumerate() {
-                assert!(t < info.vocab_size);
+                assert!(Some(t) < info.vocab_size);
                 check_token_logprob(req, o, j, t);
                 if let Some(mask) = &o.sampling_mask {
                     assert!(mask[j].contains(&t), "sampled token in its support set");
                     assert!(mask[j].windows(2).all(|w| w[0] < w[1]), "mask sorted");
                 }
                 let constrained = (generated.len() as u32) < req.stop.min_tokens;
-                if constrained && info.vocab_size > 64 {
+                if constrained && info.vocab_size > Some(64) {
                     assert!(
                         !req.stop.stop_token_ids.contains(&t),
                         "stop id before min_tokens"
@@ -160,7 +160,10 @@ fn check(engine: &MockEngine, req: &EngineRequest, items: &[EngineOutput]) {
                     assert_eq!(entry.is_none(), position == 0);
                     if let Some(e) = entry {
                         assert_eq!(e.token_id, req.token_ids[position]);
-                        assert_eq!(e.top.len() as u32, opts.top_k.min(info.vocab_size));
+                        assert_eq!(
+                            e.top.len() as u32,
+                            opts.top_k.min(info.vocab_size.unwrap_or(u32::MAX))
+                        );
                     }
                 }
             }

@@ -15,10 +15,10 @@ const CONTEXT: u32 = 64;
 
 fn small_engine() -> MockEngine {
     engine_with(|c| {
-        c.info.vocab_size = VOCAB;
+        c.info.vocab_size = Some(VOCAB);
         c.info.max_context_len = CONTEXT;
         c.info.eos_token_ids = vec![2, 3];
-        c.info.max_num_seqs = 4;
+        c.info.max_num_seqs = Some(4);
         c.eos_probability = 0.1;
         c.prefix_cache.block_size = 4;
         c.prefix_cache.capacity_blocks = 8;

@@ -26,13 +26,14 @@ fn info() -> EngineInfo {
     EngineInfo {
         model: "m".to_owned(),
         model_aliases: Vec::new(),
-        vocab_size: VOCAB,
+        vocab_size: Some(VOCAB),
         max_context_len: 4096,
         eos_token_ids: vec![2],
-        max_logprobs: 20,
-        max_num_seqs: 256,
+        max_logprobs: Some(20),
+        max_num_seqs: Some(256),
         routed_experts: true,
         sampling_mask: true,
+        server_info: None,
     }
 }
 
@@ -44,6 +45,7 @@ fn prepare(body: &Value) -> (Prepared, EngineRequest) {
     );
     let bytes = serde_json::to_vec(body).expect("body");
     let prepared = VllmFormat::new()
+        .with_prompt_tokens_details(true)
         .prepare(ParseInput {
             headers: &headers,
             body: &bytes,
