@@ -15,6 +15,7 @@
 
 mod catalog;
 mod error;
+pub mod pd;
 pub mod pyrepr;
 
 use bytes::Bytes;
@@ -222,5 +223,11 @@ pub trait GenerateFormat: Send + Sync + 'static {
     /// The format's auxiliary `GET` routes (model info, generation probe), if any.
     fn aux_routes(&self) -> &'static [AuxRoute] {
         &[]
+    }
+
+    /// How prefill/decode answers of this format are merged ([`pd::RuleMerge`] over the format's
+    /// declared rules). `None`: the router's typed merge.
+    fn pd_merge(&self) -> Option<std::sync::Arc<dyn genfront_protocol::PdMerge>> {
+        None
     }
 }

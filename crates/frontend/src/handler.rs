@@ -196,6 +196,7 @@ pub(crate) async fn generate(
         routing_key: header_str(&headers, &X_SMG_ROUTING_KEY),
         rid: prepared.client_id.clone(),
         pinned: header_str(&headers, &X_GENFRONT_WORKER),
+        pd_merge: format.pd_merge(),
     };
     dispatch(state, format, prepared, ctx, permit, tracker).await
 }
@@ -272,9 +273,13 @@ async fn dispatch(
                 return with_request_id(resp, client_id.as_deref());
             }
         };
-        let worker = dispatched.worker.as_str();
-        if !workers.iter().any(|w| w == worker) {
-            workers.push(worker.to_owned());
+        // A P/D pair is named `prefill+decode`.
+        let worker = match &dispatched.prefill_worker {
+            Some(p) => format!("{p}+{}", dispatched.worker),
+            None => dispatched.worker.to_string(),
+        };
+        if !workers.contains(&worker) {
+            workers.push(worker);
         }
         tracker.served_by(dispatched.served_by());
         registrations.push(

@@ -77,9 +77,48 @@ pub struct ServeArgs {
         help_heading = "Engines"
     )]
     pub workers: Vec<WorkerSpec>,
-    /// Number of in-process mock engines (round robin); default 1 without `--worker`, else 0.
+    /// Prefill worker of a prefill/decode pair (repeatable; same syntax as `--worker`; an
+    /// SGLang prefill may add its bootstrap port: `sglang=URL#bootstrap=8998`).
+    #[arg(
+        long = "prefill",
+        env = "GENFRONT_PREFILL_WORKERS",
+        value_delimiter = ',',
+        help_heading = "Engines"
+    )]
+    pub prefill: Vec<WorkerSpec>,
+    /// Decode worker of a prefill/decode pair (repeatable; same syntax as `--worker`).
+    #[arg(
+        long = "decode",
+        env = "GENFRONT_DECODE_WORKERS",
+        value_delimiter = ',',
+        help_heading = "Engines"
+    )]
+    pub decode: Vec<WorkerSpec>,
+    /// Number of in-process mock engines; default 1 without `--worker`/`--prefill`/`--decode`/
+    /// `--mock-prefill`/`--mock-decode`, else 0.
     #[arg(long, env = "GENFRONT_MOCK", help_heading = "Mock engine")]
     pub mock: Option<usize>,
+    /// Number of in-process mock prefill engines (P/D).
+    #[arg(
+        long,
+        env = "GENFRONT_MOCK_PREFILL",
+        default_value_t = 0,
+        help_heading = "Mock engine"
+    )]
+    pub mock_prefill: usize,
+    /// Number of in-process mock decode engines (P/D).
+    #[arg(
+        long,
+        env = "GENFRONT_MOCK_DECODE",
+        default_value_t = 0,
+        help_heading = "Mock engine"
+    )]
+    pub mock_decode: usize,
+    /// How mock prefill engines hand the KV to decode: `bootstrap` (SGLang: concurrent legs
+    /// sharing a bootstrap room) or `kv_transfer` (vLLM: prefill first, then decode with its
+    /// `kv_transfer_params`).
+    #[arg(long, env = "GENFRONT_MOCK_HANDOFF", default_value = "bootstrap", value_parser = parse_handoff, help_heading = "Mock engine")]
+    pub mock_handoff: genfront_protocol::Handoff,
     /// Divide every mock delay by this factor.
     #[arg(
         long,
@@ -402,8 +441,31 @@ impl ServeArgs {
 
     /// Number of mock engines to run.
     pub fn mock_count(&self) -> usize {
-        self.mock
-            .unwrap_or(if self.workers.is_empty() { 1 } else { 0 })
+        let others = !self.workers.is_empty()
+            || !self.prefill.is_empty()
+            || !self.decode.is_empty()
+            || self.mock_prefill > 0
+            || self.mock_decode > 0;
+        self.mock.unwrap_or(if others { 0 } else { 1 })
+    }
+
+    /// Build the `--mock-prefill N` (role prefill) or `--mock-decode M` (role decode) engines.
+    ///
+    /// # Errors
+    /// An invalid mock configuration.
+    pub fn mock_pd_engines(
+        &self,
+        role: genfront_protocol::PdRole,
+    ) -> anyhow::Result<Vec<Arc<dyn Engine>>> {
+        let mut cfg = self.mock_config();
+        cfg.role = Some(role);
+        let n = match role {
+            genfront_protocol::PdRole::Prefill => self.mock_prefill,
+            genfront_protocol::PdRole::Decode => self.mock_decode,
+        };
+        (0..n)
+            .map(|_| Ok(Arc::new(MockEngine::new(cfg.clone())?) as Arc<dyn Engine>))
+            .collect()
     }
 
     /// Build the `--mock N` engines.
@@ -455,6 +517,19 @@ impl std::str::FromStr for SidecarEngine {
             }
             w => Ok(SidecarEngine::Worker(w)),
         }
+    }
+}
+
+fn parse_handoff(s: &str) -> Result<genfront_protocol::Handoff, String> {
+    match s.trim() {
+        "bootstrap" => Ok(genfront_protocol::Handoff::Bootstrap {
+            host: "mock".to_owned(),
+            port: None,
+        }),
+        "kv_transfer" | "kv-transfer" => Ok(genfront_protocol::Handoff::KvTransfer),
+        other => Err(format!(
+            "unknown hand-off `{other}`: expected bootstrap or kv_transfer"
+        )),
     }
 }
 

@@ -23,7 +23,7 @@ use genfront_protocol::Engine;
 use genfront_router::{Role, Router, RouterMetrics};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-pub use workers::WorkerSpec;
+pub use workers::{WorkerFacts, WorkerSpec};
 
 /// Install the `tracing` subscriber (`RUST_LOG`, default `info`).
 pub fn init_tracing() {
@@ -160,19 +160,41 @@ impl Server {
     pub async fn build(args: &ServeArgs) -> anyhow::Result<Self> {
         let routes = resolve_routes(&CATALOG, &args.route_config())?;
         let mocks = args.mock_engines()?;
-        if mocks.is_empty() && args.workers.is_empty() {
+        let mock_prefill = args.mock_pd_engines(genfront_protocol::PdRole::Prefill)?;
+        let mock_decode = args.mock_pd_engines(genfront_protocol::PdRole::Decode)?;
+        let prefill_count = mock_prefill.len() + args.prefill.len();
+        let decode_count = mock_decode.len() + args.decode.len();
+        if (prefill_count == 0) != (decode_count == 0) {
             anyhow::bail!(
-                "no engines configured: start with --mock N (N >= 1) or --worker sglang=http://HOST:PORT"
+                "prefill/decode needs both roles: {prefill_count} prefill and {decode_count} decode workers configured (--prefill/--mock-prefill, --decode/--mock-decode)"
+            );
+        }
+        if mocks.is_empty() && args.workers.is_empty() && prefill_count == 0 {
+            anyhow::bail!(
+                "no engines configured: start with --mock N (N >= 1), --worker sglang=http://HOST:PORT, or --prefill … --decode …"
             );
         }
         let metrics = RouterMetrics::default();
         let router = Router::new(args.router_config(), metrics.clone());
         for engine in mocks {
-            router.add_engine(workers::mock_spec(), engine);
+            router.add_engine(workers::mock_spec(Role::Aggregated, None), engine);
         }
-        for spec in &args.workers {
-            let id = router.add_worker(spec.router_spec(Role::Aggregated), spec.connector());
-            tracing::info!(worker = %id, spec = %spec, "worker added; connecting in the background");
+        for engine in mock_prefill {
+            let handoff = Some(args.mock_handoff.clone());
+            router.add_engine(workers::mock_spec(Role::Prefill, handoff), engine);
+        }
+        for engine in mock_decode {
+            router.add_engine(workers::mock_spec(Role::Decode, None), engine);
+        }
+        for (role, specs) in [
+            (Role::Aggregated, &args.workers),
+            (Role::Prefill, &args.prefill),
+            (Role::Decode, &args.decode),
+        ] {
+            for spec in specs {
+                let id = router.add_worker(spec.router_spec(role), spec.connector());
+                tracing::info!(worker = %id, spec = %spec, role = role.label(), "worker added; connecting in the background");
+            }
         }
         Self::with_router(args, routes, router, metrics)
     }
@@ -190,7 +212,7 @@ impl Server {
         let metrics = RouterMetrics::default();
         let router = Router::new(args.router_config(), metrics.clone());
         for engine in engines {
-            router.add_engine(workers::mock_spec(), engine);
+            router.add_engine(workers::mock_spec(Role::Aggregated, None), engine);
         }
         Self::with_router(args, routes, router, metrics)
     }

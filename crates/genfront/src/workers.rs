@@ -7,16 +7,35 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use genfront_protocol::Engine;
+use genfront_protocol::Handoff;
 use genfront_router::{Connector, Role};
 
-/// The router's description of an in-process mock engine.
-pub fn mock_spec() -> genfront_router::WorkerSpec {
+/// The router's description of an in-process mock engine in `role` (a mock prefill hands off
+/// by `handoff`).
+pub fn mock_spec(role: Role, handoff: Option<Handoff>) -> genfront_router::WorkerSpec {
     genfront_router::WorkerSpec {
         id: None,
         url: "mock".to_owned(),
         kind: None,
-        role: Role::Aggregated,
+        role,
+        handoff,
     }
+}
+
+/// The host of `http://host:port/…` (IPv6 kept in brackets), as decode workers reach a prefill.
+fn url_host(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split('/').next().unwrap_or(rest);
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+    if authority.starts_with('[') {
+        return authority
+            .split_once(']')
+            .map_or(authority.to_owned(), |(h, _)| format!("{h}]"));
+    }
+    authority
+        .split_once(':')
+        .map_or(authority, |(h, _)| h)
+        .to_owned()
 }
 
 /// One `--worker` of `genfront serve`.
@@ -66,6 +85,9 @@ pub struct WorkerFacts {
     pub routed_experts: Option<bool>,
     /// The engine reports sampling masks.
     pub sampling_mask: Option<bool>,
+    /// SGLang prefill worker: its `--disaggregation-bootstrap-port` (key `bootstrap`); default:
+    /// from its server info, else 8998.
+    pub bootstrap_port: Option<u16>,
 }
 
 impl WorkerFacts {
@@ -116,9 +138,15 @@ impl WorkerFacts {
                 "incremental_streaming" => facts.incremental_streaming = Some(boolean()?),
                 "routed_experts" => facts.routed_experts = Some(boolean()?),
                 "sampling_mask" => facts.sampling_mask = Some(boolean()?),
+                "bootstrap" | "bootstrap_port" => {
+                    facts.bootstrap_port =
+                        Some(value.parse::<u16>().map_err(|_| {
+                            format!("worker fact `{key}`: `{value}` is not a port")
+                        })?);
+                }
                 _ => {
                     return Err(format!(
-                        "unknown worker fact `{key}` (known: vocab_size, context_len, max_logprobs, max_num_seqs, eos_token_ids, model, incremental_streaming, routed_experts, sampling_mask)"
+                        "unknown worker fact `{key}` (known: vocab_size, context_len, max_logprobs, max_num_seqs, eos_token_ids, model, incremental_streaming, routed_experts, sampling_mask, bootstrap)"
                     ));
                 }
             }
@@ -183,6 +211,9 @@ impl fmt::Display for WorkerFacts {
         }
         if let Some(m) = &self.model {
             pairs.push(format!("model={m}"));
+        }
+        if let Some(p) = self.bootstrap_port {
+            pairs.push(format!("bootstrap={p}"));
         }
         for (k, v) in [
             ("incremental_streaming", self.incremental_streaming),
@@ -259,11 +290,20 @@ impl WorkerSpec {
         let url = match self {
             WorkerSpec::Sglang(u, _) | WorkerSpec::Vllm(u, _) | WorkerSpec::Grpc(u) => u.clone(),
         };
+        let handoff = match (role, self) {
+            (Role::Prefill, WorkerSpec::Sglang(u, facts)) => Some(Handoff::Bootstrap {
+                host: url_host(u),
+                port: facts.bootstrap_port,
+            }),
+            (Role::Prefill, WorkerSpec::Vllm(..)) => Some(Handoff::KvTransfer),
+            _ => None,
+        };
         genfront_router::WorkerSpec {
             id: None,
             url,
             kind: self.native_format().map(str::to_owned),
             role,
+            handoff,
         }
     }
 

@@ -43,6 +43,11 @@ pub struct MockConfig {
     pub experts: ExpertsConfig,
     /// Scripted faults, checked in order; the first one that applies to a request wins.
     pub faults: Vec<ScriptedFault>,
+    /// P/D role: `None` aggregated (a P/D leg's hand-off is ignored); `Prefill` accepts only
+    /// prefill legs (answers prompt logprobs, prompt expert rows and one token, then releases
+    /// the bootstrap room or returns `kv_transfer_params`); `Decode` accepts only decode legs
+    /// (waits for its prefill's room, reports no prompt-side outputs).
+    pub role: Option<genfront_protocol::PdRole>,
 }
 
 /// Prefix cache settings: a bounded LRU of full prompt blocks shared by all requests of one engine.
@@ -135,6 +140,7 @@ impl Default for MockConfig {
             prefix_cache: PrefixCacheConfig::default(),
             experts: ExpertsConfig::default(),
             faults: Vec::new(),
+            role: None,
         }
     }
 }

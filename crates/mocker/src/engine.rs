@@ -247,6 +247,19 @@ impl Engine for MockEngine {
         if let Err(error) = validate(&self.shared.config.info, &request) {
             return reject(error);
         }
+        if let Some(role) = self.shared.config.role {
+            let leg = request.pd.as_ref().map(|p| p.role);
+            if leg != Some(role) {
+                return reject(EngineError::invalid_argument(match role {
+                    genfront_protocol::PdRole::Decode => {
+                        "This server runs in decode mode: a request needs the hand-off from its prefill (bootstrap_room, or kv_transfer_params with do_remote_prefill)."
+                    }
+                    genfront_protocol::PdRole::Prefill => {
+                        "This server runs in prefill mode: a request needs bootstrap_room or kv_transfer_params with do_remote_decode."
+                    }
+                }));
+            }
+        }
         let fault = self
             .lock_faults()
             .iter()

@@ -67,6 +67,7 @@ mod engine;
 mod fault;
 mod hash;
 mod model;
+mod rooms;
 mod run;
 mod validate;
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use futures::stream;
 use genfront_protocol::{
-    EngineError, EngineOutput, EngineRequest, FinishReason, NativeBody, OutputStream,
+    EngineError, EngineOutput, EngineRequest, FinishReason, NativeBody, OutputStream, PdRole,
     PromptLogprobs, RoutedExperts, StopMatch, Usage,
 };
 use tokio::time::Instant;
@@ -23,6 +23,7 @@ use crate::cache::cache_salt;
 use crate::engine::{Outcome, RunGuard, Shared};
 use crate::hash::{combine, tag, unit};
 use crate::model::{Model, Sampler};
+use crate::rooms::{self, RoomState};
 
 /// The `FinishReason::Cancelled` message, as SGLang reports aborts.
 const ABORTED: &str = "Aborted";
@@ -59,6 +60,12 @@ pub(crate) struct Run {
     firsts_left: u32,
     prompt_logprobs: Option<PromptLogprobs>,
     prompt_experts: Option<RoutedExperts>,
+    /// The P/D leg this run is, if any.
+    leg: Option<PdRole>,
+    /// SGLang-style bootstrap room of a P/D leg.
+    room: Option<u64>,
+    /// The prefill leg hands off by `kv_transfer_params` (vLLM style).
+    kv_style: bool,
 }
 
 #[derive(Debug)]
@@ -74,6 +81,8 @@ struct Choice {
 #[derive(Debug)]
 enum Phase {
     Start,
+    /// A decode leg waits for its prefill's KV (bootstrap room).
+    WaitRoom(u64),
     Sleep(Duration),
     Boundary,
     Emit,
@@ -96,10 +105,24 @@ impl Run {
         // The native body is for engine clients that re-encode it; don't hold it for the stream.
         req.native = NativeBody::default();
         req.handoff = None;
+        let leg = req.pd.as_ref().map(|p| p.role);
+        let bootstrap_room = req
+            .pd
+            .as_ref()
+            .and_then(|p| p.bootstrap.as_ref())
+            .map(|b| b.room);
+        let kv_style = req
+            .pd
+            .as_ref()
+            .is_some_and(|p| p.kv_transfer_params.is_some());
         let info = &shared.config.info;
         let prompt_len = u32::try_from(req.token_ids.len()).unwrap_or(u32::MAX);
         let room = info.max_context_len.saturating_sub(prompt_len);
-        let budget = req.stop.max_tokens.map_or(room, |m| m.min(room));
+        let mut budget = req.stop.max_tokens.map_or(room, |m| m.min(room));
+        if leg == Some(PdRole::Prefill) {
+            // A prefill samples the first token only.
+            budget = budget.min(1);
+        }
         let mut stop_ids = req.stop.stop_token_ids.clone();
         stop_ids.sort_unstable();
         stop_ids.dedup();
@@ -126,6 +149,9 @@ impl Run {
             firsts_left: req.sampling.n,
             prompt_logprobs: None,
             prompt_experts: None,
+            leg,
+            room: bootstrap_room,
+            kv_style,
             shared,
             req,
             cancel,
@@ -144,6 +170,25 @@ impl Run {
         loop {
             match std::mem::replace(&mut self.phase, Phase::Done) {
                 Phase::Start => self.start(),
+                Phase::WaitRoom(room) => {
+                    let state = tokio::select! {
+                        biased;
+                        () = self.cancel.cancelled() => None,
+                        s = rooms::wait(room) => Some(s),
+                    };
+                    match state {
+                        None => self.phase = Phase::Cancel,
+                        Some(RoomState::Ready) => {
+                            self.phase = Phase::Sleep(self.shared.config.itl());
+                        }
+                        Some(_) => {
+                            self.settle(Outcome::Failed);
+                            return Some(Err(EngineError::internal(format!(
+                                "KV transfer for bootstrap room {room} failed: the prefill did not finish"
+                            ))));
+                        }
+                    }
+                }
                 Phase::Sleep(delay) => {
                     self.phase = if delay.is_zero() || self.sleep(delay).await {
                         Phase::Boundary
@@ -223,7 +268,11 @@ impl Run {
             })
             .collect();
         let uncached = self.prompt_len - self.cached;
-        self.phase = Phase::Sleep(shared.config.ttft(uncached));
+        self.phase = match (self.leg, self.room) {
+            // Decode starts when its prefill's KV arrives, then runs its first step.
+            (Some(PdRole::Decode), Some(room)) => Phase::WaitRoom(room),
+            _ => Phase::Sleep(shared.config.ttft(uncached)),
+        };
     }
 
     /// Sleep until `delay` after the previous deadline (or now, for the first), so that step
@@ -291,7 +340,8 @@ impl Run {
             ..EngineOutput::default()
         };
         let first = self.choices[i].generated == 0;
-        if first {
+        // A decode leg never ran the prompt: prompt-side outputs come from its prefill.
+        if first && self.leg != Some(PdRole::Decode) {
             self.attach_prompt_outputs(&mut out);
         }
         // Field-wise borrows from here on: no per-token reference counting or cloning.
@@ -351,6 +401,16 @@ impl Run {
         };
         choice.finished = out.finish_reason.is_some();
         out.usage = Some(usage(self.prompt_len, self.cached, choice.generated));
+        if choice.finished && self.leg == Some(PdRole::Prefill) && self.kv_style {
+            // What a vLLM prefill returns for its decode (NIXL-like shape).
+            out.handoff = Some(serde_json::json!({
+                "do_remote_prefill": true,
+                "do_remote_decode": false,
+                "remote_engine_id": "genfront-mock",
+                "remote_request_id": self.req.request_id,
+                "remote_num_tokens": self.prompt_len,
+            }));
+        }
         out
     }
 
@@ -409,8 +469,30 @@ impl Run {
     /// Record how the request ended and stop producing items.
     fn settle(&mut self, outcome: Outcome) {
         self.phase = Phase::Done;
+        if self.leg == Some(PdRole::Prefill)
+            && let Some(room) = self.room.take()
+        {
+            let state = if matches!(outcome, Outcome::Completed) {
+                RoomState::Ready
+            } else {
+                RoomState::Failed
+            };
+            rooms::publish(room, state);
+        }
         if let Some(guard) = self.guard.take() {
             guard.settle(outcome);
+        }
+    }
+}
+
+impl Drop for Run {
+    /// A prefill leg dropped before it finished (its client or the router gave up) releases its
+    /// room as failed, so a decode waiting for it does not wait for nothing.
+    fn drop(&mut self) {
+        if self.leg == Some(PdRole::Prefill)
+            && let Some(room) = self.room.take()
+        {
+            rooms::publish(room, RoomState::Failed);
         }
     }
 }

@@ -109,6 +109,7 @@ impl MockServer {
                 url: "mock".to_owned(),
                 kind: None,
                 role: Role::Aggregated,
+                handoff: None,
             },
             engine.clone() as Arc<dyn Engine>,
         );

@@ -10,6 +10,7 @@
 mod engine;
 mod error;
 mod output;
+mod pd;
 mod request;
 
 pub use engine::{Engine, EngineInfo, OutputStream, ProbeFuture, UNKNOWN_CONTEXT_LEN};
@@ -18,6 +19,7 @@ pub use output::{
     Candidate, EngineOutput, FinishReason, PromptLogprobs, RoutedExperts, StopMatch, TokenLogprob,
     Usage,
 };
+pub use pd::{Bootstrap, Handoff, PdLeg, PdMerge, PdRole};
 pub use request::{
     EngineRequest, NativeBody, OutputOptions, PromptLogprobOptions, RoutingHints, SamplingOptions,
     StopConditions,

@@ -23,9 +23,13 @@ pub struct EngineRequest {
     pub output: OutputOptions,
     /// Hints for the router and the engine scheduler.
     pub routing: RoutingHints,
-    /// P/D hand-off parameters (vLLM `kv_transfer_params`, SGLang bootstrap info), opaque.
+    /// Client-given hand-off parameters (a vLLM client's own `kv_transfer_params`), opaque and
+    /// passed through.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handoff: Option<serde_json::Value>,
+    /// The P/D leg, when the router split the request over a prefill and a decode worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pd: Option<crate::PdLeg>,
     /// The client's native request, so an engine client for the same engine can rebuild the exact
     /// native body (unknown keys included).
     pub native: NativeBody,

@@ -48,7 +48,10 @@ struct State {
 }
 
 fn load_tokens(request: &EngineRequest, worker: &Worker) -> u64 {
-    let cap = worker.facts().map_or(32_768, |f| f.max_context_len);
+    let cap = worker
+        .facts()
+        .and_then(|f| f.context_limit())
+        .unwrap_or(32_768);
     let new = request.stop.max_tokens.unwrap_or(cap).min(cap);
     request.token_ids.len() as u64 + u64::from(new) * u64::from(request.sampling.n.max(1))
 }
@@ -97,6 +100,7 @@ pub(crate) fn start(
     });
     Dispatched {
         worker: id,
+        prefill_worker: None,
         stream: Box::pin(stream),
         served_by,
     }

@@ -29,6 +29,7 @@ pub mod breaker;
 mod dispatch;
 mod health;
 pub mod metrics;
+pub mod pd;
 pub mod policy;
 mod worker;
 
@@ -144,6 +145,23 @@ pub struct WorkerSpec {
     pub kind: Option<String>,
     /// Its role.
     pub role: Role,
+    /// For a prefill worker: how it hands the KV cache to decode (SGLang bootstrap host/port, or
+    /// vLLM `kv_transfer_params`). `None`: SGLang style at the URL's host, port from the worker's
+    /// server info or 8998.
+    pub handoff: Option<genfront_protocol::Handoff>,
+}
+
+impl WorkerSpec {
+    /// An aggregated worker at `url` of native `kind`.
+    pub fn new(url: impl Into<String>, kind: Option<&str>) -> Self {
+        Self {
+            id: None,
+            url: url.into(),
+            kind: kind.map(str::to_owned),
+            role: Role::Aggregated,
+            handoff: None,
+        }
+    }
 }
 
 /// Why no worker could be chosen.
@@ -181,6 +199,9 @@ pub struct RouteContext {
     pub rid: Option<String>,
     /// `x-genfront-worker` header: pin to this worker id (debugging).
     pub pinned: Option<String>,
+    /// The format's prefill/decode merge (P/D answers are folded by it); `None`: the typed
+    /// merge ([`pd::TypedMerge`]).
+    pub pd_merge: Option<Arc<dyn genfront_protocol::PdMerge>>,
 }
 
 impl RouteContext {
@@ -200,8 +221,10 @@ impl RouteContext {
 /// A dispatched engine request.
 pub struct Dispatched {
     /// The worker chosen first (a retry before the first output may move it; see
-    /// [`Dispatched::served_by`]).
+    /// [`Dispatched::served_by`]); for a P/D pair, the decode worker.
     pub worker: WorkerId,
+    /// For a P/D pair, the prefill worker.
+    pub prefill_worker: Option<WorkerId>,
     /// The output stream. Dropping it aborts the work and releases the worker's load.
     pub stream: OutputStream,
     served_by: Arc<std::sync::Mutex<WorkerId>>,
@@ -367,6 +390,7 @@ impl Router {
             spec.url,
             spec.kind.map(Arc::from),
             spec.role,
+            spec.handoff,
             self.config.breaker,
             handles,
         ));
@@ -447,17 +471,22 @@ impl Router {
         if native.is_empty() { usable } else { native }
     }
 
-    /// Whether a request of `format` can be routed now (a routable aggregated worker exists).
+    /// Whether a request of `format` can be routed now: a routable aggregated worker, or a
+    /// routable prefill and a routable decode worker.
     pub fn ready_for(&self, format: &str) -> bool {
         !self.candidates(Role::Aggregated, format, &[]).is_empty()
+            || (!self.candidates(Role::Prefill, format, &[]).is_empty()
+                && !self.candidates(Role::Decode, format, &[]).is_empty())
     }
 
     /// Model facts for validating a request of `format`: those of a routable worker of that
     /// native kind, else of any routable worker, else of any connected worker; `None` when no
     /// worker is connected.
     pub fn facts_for(&self, format: &str) -> Option<EngineInfo> {
-        if let Some(w) = self.candidates(Role::Aggregated, format, &[]).first() {
-            return w.facts().cloned();
+        for role in [Role::Aggregated, Role::Decode, Role::Prefill] {
+            if let Some(w) = self.candidates(role, format, &[]).first() {
+                return w.facts().cloned();
+            }
         }
         let workers = self.workers.read().unwrap_or_else(|e| e.into_inner());
         workers
@@ -538,6 +567,17 @@ impl Router {
         ctx: &RouteContext,
         cancel: CancellationToken,
     ) -> Result<Dispatched, NoWorker> {
+        if self.use_pd(ctx) {
+            let prefill = self.select(Role::Prefill, ctx, &request, &[])?;
+            let decode = match self.select(Role::Decode, ctx, &request, &[]) {
+                Ok(d) => d,
+                Err(e) => {
+                    prefill.record_neutral();
+                    return Err(e);
+                }
+            };
+            return Ok(pd::start_pair(prefill, decode, request, ctx, cancel));
+        }
         let worker = self.select(Role::Aggregated, ctx, &request, &[])?;
         self.budget.deposit();
         Ok(dispatch::start(
@@ -547,5 +587,39 @@ impl Router {
             ctx.clone(),
             cancel,
         ))
+    }
+
+    /// Whether prefill and decode workers are configured at all.
+    pub fn has_pd(&self) -> bool {
+        let workers = self.workers.read().unwrap_or_else(|e| e.into_inner());
+        workers.iter().any(|w| w.role() == Role::Prefill)
+            && workers.iter().any(|w| w.role() == Role::Decode)
+    }
+
+    /// Split this request over a P/D pair? With only P/D workers: yes (a missing role is then
+    /// refused by name, never served decode-only). With both kinds: P/D when a pair is routable
+    /// and its decode side is no busier than the least loaded aggregated worker.
+    fn use_pd(&self, ctx: &RouteContext) -> bool {
+        if ctx.pinned.is_some() || !self.has_pd() {
+            return false;
+        }
+        let has_agg = {
+            let workers = self.workers.read().unwrap_or_else(|e| e.into_inner());
+            workers.iter().any(|w| w.role() == Role::Aggregated)
+        };
+        if !has_agg {
+            return true;
+        }
+        let decode = self.candidates(Role::Decode, ctx.format, &[]);
+        let prefill = self.candidates(Role::Prefill, ctx.format, &[]);
+        if decode.is_empty() || prefill.is_empty() {
+            return false;
+        }
+        let agg = self.candidates(Role::Aggregated, ctx.format, &[]);
+        if agg.is_empty() {
+            return true;
+        }
+        let least = |ws: &[Arc<Worker>]| ws.iter().map(|w| w.load().requests()).min().unwrap_or(0);
+        least(&decode) <= least(&agg)
     }
 }

@@ -130,6 +130,9 @@ pub struct Worker {
     pub(crate) url: String,
     pub(crate) kind: Option<Arc<str>>,
     pub(crate) role: Role,
+    /// How a prefill worker hands its KV on (`None`: not a prefill worker, or SGLang style at
+    /// its URL's host).
+    pub(crate) handoff: Option<genfront_protocol::Handoff>,
     state: AtomicU8,
     engine: OnceLock<Arc<dyn Engine>>,
     pub(crate) load: Load,
@@ -158,6 +161,7 @@ impl Worker {
         url: String,
         kind: Option<Arc<str>>,
         role: Role,
+        handoff: Option<genfront_protocol::Handoff>,
         breaker: BreakerConfig,
         handles: WorkerHandles,
     ) -> Self {
@@ -166,6 +170,7 @@ impl Worker {
             url,
             kind,
             role,
+            handoff,
             state: AtomicU8::new(WorkerState::Connecting as u8),
             engine: OnceLock::new(),
             load: Load::default(),

@@ -92,6 +92,7 @@ fn router_with(config: RouterConfig, fakes: &[Arc<Fake>]) -> Arc<Router> {
                 url: "fake".into(),
                 kind: None,
                 role: Role::Aggregated,
+                handoff: None,
             },
             f.clone(),
         );

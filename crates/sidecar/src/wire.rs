@@ -12,9 +12,9 @@
 
 use bytes::Bytes;
 use genfront_protocol::{
-    Candidate, EngineError, EngineInfo, EngineOutput, EngineRequest, ErrorKind, FinishReason,
-    NativeBody, OutputOptions, PromptLogprobOptions, PromptLogprobs, RoutedExperts, RoutingHints,
-    SamplingOptions, StopConditions, StopMatch, TokenLogprob, Usage,
+    Bootstrap, Candidate, EngineError, EngineInfo, EngineOutput, EngineRequest, ErrorKind,
+    FinishReason, NativeBody, OutputOptions, PdLeg, PdRole, PromptLogprobOptions, PromptLogprobs,
+    RoutedExperts, RoutingHints, SamplingOptions, StopConditions, StopMatch, TokenLogprob, Usage,
 };
 use serde_json::Value;
 
@@ -73,6 +73,7 @@ pub fn encode_request(request: EngineRequest) -> Result<pb::GenerateRequest, Wir
         routing,
         handoff,
         native,
+        pd,
     } = request;
     Ok(pb::GenerateRequest {
         request_id,
@@ -118,6 +119,55 @@ pub fn encode_request(request: EngineRequest) -> Result<pb::GenerateRequest, Wir
             format: native.format,
             body: encode_json(&native.body, "native.body")?,
         }),
+        pd: pd.map(encode_pd).transpose()?,
+    })
+}
+
+fn encode_pd(leg: PdLeg) -> Result<pb::PdLeg, WireError> {
+    Ok(pb::PdLeg {
+        role: match leg.role {
+            PdRole::Prefill => 1,
+            PdRole::Decode => 2,
+        },
+        bootstrap: leg.bootstrap.map(|b| pb::Bootstrap {
+            host: b.host,
+            port: b.port.map(u32::from),
+            room: b.room,
+        }),
+        kv_transfer_params: leg
+            .kv_transfer_params
+            .map(|v| encode_json(&v, "pd.kv_transfer_params"))
+            .transpose()?,
+    })
+}
+
+fn decode_pd(leg: pb::PdLeg) -> Result<PdLeg, WireError> {
+    let role = match leg.role {
+        1 => PdRole::Prefill,
+        2 => PdRole::Decode,
+        _ => return Err(WireError::OutOfRange("pd.role")),
+    };
+    let bootstrap = leg
+        .bootstrap
+        .map(|b| {
+            let port = b
+                .port
+                .map(|p| u16::try_from(p).map_err(|_| WireError::OutOfRange("pd.bootstrap.port")))
+                .transpose()?;
+            Ok::<_, WireError>(Bootstrap {
+                host: b.host,
+                port,
+                room: b.room,
+            })
+        })
+        .transpose()?;
+    Ok(PdLeg {
+        role,
+        bootstrap,
+        kv_transfer_params: leg
+            .kv_transfer_params
+            .map(|b| decode_json(&b, "pd.kv_transfer_params"))
+            .transpose()?,
     })
 }
 
@@ -136,6 +186,7 @@ pub fn decode_request(request: pb::GenerateRequest) -> Result<EngineRequest, Wir
         routing,
         handoff,
         native,
+        pd,
     } = request;
     let stop = stop.unwrap_or_default();
     let output = output.unwrap_or_default();
@@ -181,6 +232,7 @@ pub fn decode_request(request: pb::GenerateRequest) -> Result<EngineRequest, Wir
             lora: routing.lora,
         },
         handoff: handoff.map(|b| decode_json(&b, "handoff")).transpose()?,
+        pd: pd.map(decode_pd).transpose()?,
         native: NativeBody {
             format: native.format,
             body: decode_json(&native.body, "native.body")?,

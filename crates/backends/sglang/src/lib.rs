@@ -233,6 +233,22 @@ impl SglangFormat {
     }
 }
 
+/// This format's P/D merge rules, as declared (data, compiled in).
+pub const PD_RULES: &str = include_str!("pd_rules.json");
+
+/// The merge built from [`PD_RULES`] (checked by this crate's tests: a broken file fails them).
+static PD_MERGE: std::sync::LazyLock<std::sync::Arc<dyn genfront_protocol::PdMerge>> =
+    std::sync::LazyLock::new(|| {
+        let rules = genfront_format::pd::MergeRules::parse(PD_RULES).unwrap_or_else(|_| {
+            genfront_format::pd::MergeRules {
+                format: "sglang".to_owned(),
+                extends: None,
+                rules: Default::default(),
+            }
+        });
+        std::sync::Arc::new(genfront_format::pd::RuleMerge::new(rules))
+    });
+
 impl GenerateFormat for SglangFormat {
     fn name(&self) -> &'static str {
         FORMAT_NAME
@@ -277,6 +293,13 @@ impl GenerateFormat for SglangFormat {
 
     fn abort_route(&self) -> Option<AbortRoute> {
         Some(abort_route())
+    }
+
+    /// P/D answers merged by the declared rules in `pd_rules.json` (prompt-side fields — input
+    /// logprobs, prompt rows of `routed_experts`, `cached_tokens` — from prefill; the rest from
+    /// decode; `spec/sglang-native.md` §13.4).
+    fn pd_merge(&self) -> Option<std::sync::Arc<dyn genfront_protocol::PdMerge>> {
+        Some(PD_MERGE.clone())
     }
 
     fn aux_routes(&self) -> &'static [AuxRoute] {

@@ -262,6 +262,22 @@ impl VllmFormat {
     }
 }
 
+/// This format's P/D merge rules, as declared (data, compiled in).
+pub const PD_RULES: &str = include_str!("pd_rules.json");
+
+/// The merge built from [`PD_RULES`] (checked by this crate's tests: a broken file fails them).
+static PD_MERGE: std::sync::LazyLock<std::sync::Arc<dyn genfront_protocol::PdMerge>> =
+    std::sync::LazyLock::new(|| {
+        let rules = genfront_format::pd::MergeRules::parse(PD_RULES).unwrap_or_else(|_| {
+            genfront_format::pd::MergeRules {
+                format: "vllm".to_owned(),
+                extends: None,
+                rules: Default::default(),
+            }
+        });
+        std::sync::Arc::new(genfront_format::pd::RuleMerge::new(rules))
+    });
+
 impl GenerateFormat for VllmFormat {
     fn name(&self) -> &'static str {
         FORMAT_NAME
@@ -297,6 +313,13 @@ impl GenerateFormat for VllmFormat {
     /// `GET /v1/models`.
     fn aux_routes(&self) -> &'static [AuxRoute] {
         &AUX_ROUTES
+    }
+
+    /// P/D answers merged by the declared rules in `pd_rules.json` (prompt logprobs, prompt rows
+    /// of `routed_experts` and cached tokens from the prefill leg; the rest from decode;
+    /// `spec/vllm-native.md` §10).
+    fn pd_merge(&self) -> Option<std::sync::Arc<dyn genfront_protocol::PdMerge>> {
+        Some(PD_MERGE.clone())
     }
 }
 

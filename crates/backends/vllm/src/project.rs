@@ -165,6 +165,7 @@ pub(crate) fn project(
             lora: resolved.lora,
         },
         handoff,
+        pd: None,
         native: NativeBody {
             format: FORMAT_NAME.to_owned(),
             body: Value::Object(map),

@@ -1,0 +1,617 @@
+//! The **merge-rule engine** for prefill/decode answers: each format declares, per field, how the
+//! outputs of one leg combine (`fold`) and how the prefill leg combines with the decode leg
+//! (`legs`), in a JSON rules file compiled into the format crate. [`RuleMerge`] applies them
+//! ([`genfront_protocol::PdMerge`]).
+//!
+//! Fields are JSON pointers into [`EngineOutput`]'s contract shape: `/token_ids`, `/logprobs`,
+//! `/prompt_logprobs`, `/routed_experts`, `/sampling_mask`, `/finish_reason`,
+//! `/usage/prompt_tokens`, `/usage/completion_tokens`, `/usage/cached_tokens`, `/handoff`,
+//! `/index`; and `/engine_data/<native pointer>` for fields of the engine's native frame
+//! (`/engine_data/*` is the default for native fields without a rule of their own).
+//!
+//! | `fold` (within a leg) | meaning |
+//! |---|---|
+//! | `delta` | each output carries only what is new: concatenate (lists, expert rows) |
+//! | `attempt` | each output carries the whole value so far: the last one wins |
+//! | `first` | sent once: the first one wins |
+//!
+//! | `legs` (prefill × decode) | meaning |
+//! |---|---|
+//! | `decode` | the decode leg's own value (the prefill's is dropped) |
+//! | `prompt` | the prefill leg's value (it ran the prompt): on a choice's first decode output for `first`/`delta` folds, on every output for `attempt` |
+//! | `rows` | row concatenation: the prefill's rows (the prompt part), then decode's, on a choice's first decode output |
+//!
+//! A format that extends another (a codec over SGLang) lists `"extends": "<format>"` and only the
+//! fields it adds or changes ([`MergeRules::extend`]).
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use genfront_protocol::{EngineOutput, PdMerge, RoutedExperts, Usage};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// How one leg's outputs combine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fold {
+    /// Concatenate.
+    Delta,
+    /// Last wins.
+    Attempt,
+    /// First wins.
+    First,
+}
+
+/// How the prefill leg combines with the decode leg.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Legs {
+    /// Decode's own.
+    Decode,
+    /// From the prefill leg.
+    Prompt,
+    /// Prefill rows, then decode rows.
+    Rows,
+}
+
+/// One field's rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct FieldRule {
+    /// Within a leg.
+    pub fold: Fold,
+    /// Across legs.
+    pub legs: Legs,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RulesFile {
+    format: String,
+    #[serde(default)]
+    extends: Option<String>,
+    rules: BTreeMap<String, FieldRule>,
+}
+
+/// The contract fields every rules set must cover (after `extends`).
+pub const CONTRACT_FIELDS: &[&str] = &[
+    "/index",
+    "/token_ids",
+    "/logprobs",
+    "/prompt_logprobs",
+    "/routed_experts",
+    "/sampling_mask",
+    "/finish_reason",
+    "/usage/prompt_tokens",
+    "/usage/completion_tokens",
+    "/usage/cached_tokens",
+    "/handoff",
+    "/engine_data/*",
+];
+
+/// A format's declared merge rules.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MergeRules {
+    /// The format they belong to.
+    pub format: String,
+    /// The format they extend, if any.
+    pub extends: Option<String>,
+    /// Field pointer → rule.
+    pub rules: BTreeMap<String, FieldRule>,
+}
+
+impl MergeRules {
+    /// Parse a rules file (see the module docs).
+    ///
+    /// # Errors
+    /// Not JSON of that shape, an unknown `fold`/`legs`, or (for a set that extends nothing) a
+    /// contract field without a rule.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let f: RulesFile = serde_json::from_str(text).map_err(|e| format!("merge rules: {e}"))?;
+        let rules = Self {
+            format: f.format,
+            extends: f.extends,
+            rules: f.rules,
+        };
+        for k in rules.rules.keys() {
+            if !k.starts_with("/engine_data/") && !CONTRACT_FIELDS.contains(&k.as_str()) {
+                return Err(format!("merge rules: `{k}` is not a contract field"));
+            }
+        }
+        if rules.extends.is_none() {
+            rules.check_complete()?;
+        }
+        Ok(rules)
+    }
+
+    /// `self` extended by `ext` (its rules win).
+    ///
+    /// # Errors
+    /// `ext` does not extend `self`'s format.
+    pub fn extend(&self, ext: &MergeRules) -> Result<MergeRules, String> {
+        if ext.extends.as_deref() != Some(self.format.as_str()) {
+            return Err(format!(
+                "merge rules of `{}` do not extend `{}`",
+                ext.format, self.format
+            ));
+        }
+        let mut rules = self.rules.clone();
+        rules.extend(ext.rules.iter().map(|(k, v)| (k.clone(), *v)));
+        Ok(MergeRules {
+            format: ext.format.clone(),
+            extends: ext.extends.clone(),
+            rules,
+        })
+    }
+
+    /// Every contract field has a rule.
+    ///
+    /// # Errors
+    /// The first field without one.
+    pub fn check_complete(&self) -> Result<(), String> {
+        for f in CONTRACT_FIELDS {
+            if !self.rules.contains_key(*f) {
+                return Err(format!(
+                    "merge rules of `{}`: no rule for `{f}`",
+                    self.format
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The rule for `field` (a native field falls back to `/engine_data/*`).
+    pub fn rule(&self, field: &str) -> FieldRule {
+        self.rules
+            .get(field)
+            .or_else(|| {
+                field
+                    .starts_with("/engine_data/")
+                    .then(|| self.rules.get("/engine_data/*"))
+                    .flatten()
+            })
+            .copied()
+            .unwrap_or(FieldRule {
+                fold: Fold::Attempt,
+                legs: Legs::Decode,
+            })
+    }
+
+    /// Whether `field` has a rule of its own or a default (for coverage tests).
+    pub fn covers(&self, field: &str) -> bool {
+        self.rules.contains_key(field)
+            || (field.starts_with("/engine_data/") && self.rules.contains_key("/engine_data/*"))
+    }
+}
+
+/// A [`PdMerge`] that applies [`MergeRules`].
+#[derive(Debug, Clone)]
+pub struct RuleMerge {
+    rules: MergeRules,
+}
+
+impl RuleMerge {
+    /// A merge by `rules`.
+    pub fn new(rules: MergeRules) -> Self {
+        Self { rules }
+    }
+
+    /// The rules.
+    pub fn rules(&self) -> &MergeRules {
+        &self.rules
+    }
+}
+
+fn fold_opt<T: Clone>(
+    items: impl Iterator<Item = Option<T>>,
+    fold: Fold,
+    concat: impl Fn(&mut T, T),
+) -> Option<T> {
+    let mut acc: Option<T> = None;
+    for v in items.flatten() {
+        acc = match (acc, fold) {
+            (None, _) => Some(v),
+            (Some(a), Fold::First) => Some(a),
+            (Some(_), Fold::Attempt) => Some(v),
+            (Some(mut a), Fold::Delta) => {
+                concat(&mut a, v);
+                Some(a)
+            }
+        };
+    }
+    acc
+}
+
+fn concat_rows(a: &mut RoutedExperts, b: RoutedExperts) {
+    if a.num_layers == b.num_layers && a.top_k == b.top_k {
+        a.ids.extend_from_slice(&b.ids);
+    } else {
+        // Inconsistent shapes: nothing trustworthy to pass on.
+        a.ids.clear();
+    }
+}
+
+/// Base64 of little-endian int32 rows: row concatenation is byte concatenation. `None` when
+/// either side is not valid base64 of whole int32s (a broken blob is omitted, never passed on).
+fn concat_b64_rows(a: &str, b: &str) -> Option<String> {
+    let e = base64::engine::general_purpose::STANDARD;
+    let mut x = e.decode(a).ok()?;
+    let y = e.decode(b).ok()?;
+    if x.len() % 4 != 0 || y.len() % 4 != 0 {
+        return None;
+    }
+    x.extend_from_slice(&y);
+    Some(e.encode(x))
+}
+
+impl RuleMerge {
+    fn applies(&self, rule: FieldRule, first: bool) -> bool {
+        match rule.legs {
+            Legs::Decode => false,
+            Legs::Prompt => first || rule.fold == Fold::Attempt,
+            Legs::Rows => first,
+        }
+    }
+
+    fn merge_native(&self, prefill: &[EngineOutput], decode: &mut EngineOutput, first: bool) {
+        // Native fields with a rule of their own under `/engine_data/meta_info/…` or top level.
+        let native_rules: Vec<(&String, &FieldRule)> = self
+            .rules
+            .rules
+            .iter()
+            .filter(|(k, r)| {
+                k.starts_with("/engine_data/") && *k != "/engine_data/*" && r.legs != Legs::Decode
+            })
+            .collect();
+        if native_rules.is_empty() {
+            return;
+        }
+        for (field, rule) in native_rules {
+            if !self.applies(*rule, first) {
+                continue;
+            }
+            let ptr = &field["/engine_data".len()..];
+            let from_prefill = fold_opt(
+                prefill
+                    .iter()
+                    .map(|o| o.engine_data.as_ref().and_then(|d| d.pointer(ptr)).cloned()),
+                rule.fold,
+                |a: &mut Value, b: Value| {
+                    if let (Value::Array(x), Value::Array(y)) = (&mut *a, b) {
+                        x.extend(y);
+                    }
+                },
+            );
+            let Some(p) = from_prefill else { continue };
+            let Some(data) = decode.engine_data.as_mut() else {
+                continue;
+            };
+            match rule.legs {
+                Legs::Prompt => set_pointer(data, ptr, p),
+                Legs::Rows => {
+                    let merged = match (&p, data.pointer(ptr)) {
+                        (Value::String(a), Some(Value::String(b))) => {
+                            concat_b64_rows(a, b).map(Value::String)
+                        }
+                        (Value::Array(a), Some(Value::Array(b))) => {
+                            Some(Value::Array(a.iter().chain(b).cloned().collect()))
+                        }
+                        (_, None) => Some(p.clone()),
+                        _ => None,
+                    };
+                    match merged {
+                        Some(v) => set_pointer(data, ptr, v),
+                        None => remove_pointer(data, ptr),
+                    }
+                }
+                Legs::Decode => {}
+            }
+        }
+    }
+}
+
+fn set_pointer(root: &mut Value, ptr: &str, v: Value) {
+    let Some((parent, key)) = ptr.rsplit_once('/') else {
+        return;
+    };
+    let target = if parent.is_empty() {
+        Some(root)
+    } else {
+        root.pointer_mut(parent)
+    };
+    if let Some(Value::Object(m)) = target {
+        m.insert(key.to_owned(), v);
+    }
+}
+
+fn remove_pointer(root: &mut Value, ptr: &str) {
+    let Some((parent, key)) = ptr.rsplit_once('/') else {
+        return;
+    };
+    let target = if parent.is_empty() {
+        Some(root)
+    } else {
+        root.pointer_mut(parent)
+    };
+    if let Some(Value::Object(m)) = target {
+        m.shift_remove(key);
+    }
+}
+
+impl PdMerge for RuleMerge {
+    fn merge(&self, prefill: &[EngineOutput], decode: &mut EngineOutput, first: bool) {
+        let r = |f: &str| self.rules.rule(f);
+        // Prompt logprobs.
+        let rule = r("/prompt_logprobs");
+        if self.applies(rule, first) {
+            let p = fold_opt(
+                prefill.iter().map(|o| o.prompt_logprobs.clone()),
+                rule.fold,
+                |a, b| a.entries.extend(b.entries),
+            );
+            if p.is_some() {
+                decode.prompt_logprobs = p;
+            }
+        }
+        // Routed experts.
+        let rule = r("/routed_experts");
+        if self.applies(rule, first) {
+            let p = fold_opt(
+                prefill.iter().map(|o| o.routed_experts.clone()),
+                rule.fold,
+                concat_rows,
+            );
+            if let Some(mut p) = p {
+                match rule.legs {
+                    Legs::Rows => match decode.routed_experts.take() {
+                        Some(d) => {
+                            concat_rows(&mut p, d);
+                            decode.routed_experts = (!p.ids.is_empty()).then_some(p);
+                        }
+                        None => decode.routed_experts = Some(p),
+                    },
+                    _ => decode.routed_experts = Some(p),
+                }
+            }
+        }
+        // Usage counters.
+        let folded_usage = |fold: Fold| -> Option<Usage> {
+            fold_opt(prefill.iter().map(|o| o.usage), fold, |_, _| {})
+        };
+        for (field, set) in [
+            (
+                "/usage/cached_tokens",
+                (|u: &mut Usage, p: &Usage| u.cached_tokens = p.cached_tokens)
+                    as fn(&mut Usage, &Usage),
+            ),
+            ("/usage/prompt_tokens", |u: &mut Usage, p: &Usage| {
+                u.prompt_tokens = p.prompt_tokens;
+            }),
+            ("/usage/completion_tokens", |u: &mut Usage, p: &Usage| {
+                u.completion_tokens = p.completion_tokens;
+            }),
+        ] {
+            let rule = r(field);
+            if self.applies(rule, first)
+                && let (Some(p), Some(u)) = (folded_usage(rule.fold), decode.usage.as_mut())
+            {
+                set(u, &p);
+            }
+        }
+        // Output-side lists and the finish are the decode leg's unless a rule says otherwise.
+        for (field, take) in [
+            ("/token_ids", 0u8),
+            ("/logprobs", 1),
+            ("/sampling_mask", 2),
+            ("/finish_reason", 3),
+            ("/handoff", 4),
+        ] {
+            let rule = r(field);
+            if rule.legs == Legs::Decode || !self.applies(rule, first) {
+                continue;
+            }
+            match take {
+                0 => {
+                    if let Some(p) = fold_opt(
+                        prefill.iter().map(|o| Some(o.token_ids.clone())),
+                        rule.fold,
+                        |a, b| a.extend(b),
+                    ) {
+                        let mut p = p;
+                        if rule.legs == Legs::Rows {
+                            p.extend(std::mem::take(&mut decode.token_ids));
+                        }
+                        decode.token_ids = p;
+                    }
+                }
+                1 => {
+                    if let Some(p) = fold_opt(
+                        prefill.iter().map(|o| o.logprobs.clone()),
+                        rule.fold,
+                        |a, b| a.extend(b),
+                    ) {
+                        decode.logprobs = Some(p);
+                    }
+                }
+                2 => {
+                    if let Some(p) = fold_opt(
+                        prefill.iter().map(|o| o.sampling_mask.clone()),
+                        rule.fold,
+                        |a, b| a.extend(b),
+                    ) {
+                        decode.sampling_mask = Some(p);
+                    }
+                }
+                3 => {
+                    if let Some(p) = fold_opt(
+                        prefill.iter().map(|o| o.finish_reason.clone()),
+                        rule.fold,
+                        |_, _| {},
+                    ) {
+                        decode.finish_reason = Some(p);
+                    }
+                }
+                _ => {
+                    if let Some(p) = fold_opt(
+                        prefill.iter().map(|o| o.handoff.clone()),
+                        rule.fold,
+                        |_, _| {},
+                    ) {
+                        decode.handoff = Some(p);
+                    }
+                }
+            }
+        }
+        self.merge_native(prefill, decode, first);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use genfront_protocol::{PromptLogprobs, TokenLogprob};
+
+    use super::*;
+
+    const RULES: &str = r#"{"format": "t", "rules": {
+        "/index": {"fold": "attempt", "legs": "decode"},
+        "/token_ids": {"fold": "delta", "legs": "decode"},
+        "/logprobs": {"fold": "delta", "legs": "decode"},
+        "/prompt_logprobs": {"fold": "first", "legs": "prompt"},
+        "/routed_experts": {"fold": "delta", "legs": "rows"},
+        "/sampling_mask": {"fold": "delta", "legs": "decode"},
+        "/finish_reason": {"fold": "attempt", "legs": "decode"},
+        "/usage/prompt_tokens": {"fold": "attempt", "legs": "decode"},
+        "/usage/completion_tokens": {"fold": "attempt", "legs": "decode"},
+        "/usage/cached_tokens": {"fold": "attempt", "legs": "prompt"},
+        "/handoff": {"fold": "attempt", "legs": "decode"},
+        "/engine_data/*": {"fold": "attempt", "legs": "decode"},
+        "/engine_data/meta_info/routed_experts": {"fold": "attempt", "legs": "rows"}
+    }}"#;
+
+    fn rows(ids: &[i32]) -> RoutedExperts {
+        RoutedExperts {
+            num_layers: 1,
+            top_k: 1,
+            ids: ids.to_vec(),
+        }
+    }
+
+    fn prefill() -> Vec<EngineOutput> {
+        vec![
+            EngineOutput {
+                prompt_logprobs: Some(PromptLogprobs {
+                    start: 0,
+                    entries: vec![None, Some(TokenLogprob::default())],
+                }),
+                routed_experts: Some(rows(&[1, 2])),
+                usage: Some(Usage {
+                    prompt_tokens: 3,
+                    completion_tokens: 0,
+                    cached_tokens: 2,
+                }),
+                ..Default::default()
+            },
+            EngineOutput {
+                routed_experts: Some(rows(&[3])),
+                token_ids: vec![9],
+                ..Default::default()
+            },
+        ]
+    }
+
+    fn decode() -> EngineOutput {
+        EngineOutput {
+            token_ids: vec![9],
+            routed_experts: Some(rows(&[4])),
+            usage: Some(Usage {
+                prompt_tokens: 3,
+                completion_tokens: 1,
+                cached_tokens: 3,
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn prompt_side_from_prefill_rows_concatenated() {
+        let m = RuleMerge::new(MergeRules::parse(RULES).expect("rules"));
+        let mut d = decode();
+        m.merge(&prefill(), &mut d, true);
+        assert_eq!(d.token_ids, vec![9], "decode's own tokens");
+        assert_eq!(d.routed_experts, Some(rows(&[1, 2, 3, 4])));
+        assert_eq!(d.usage.map(|u| u.cached_tokens), Some(2));
+        assert_eq!(d.prompt_logprobs.map(|p| p.entries.len()), Some(2));
+        let mut later = decode();
+        m.merge(&prefill(), &mut later, false);
+        assert_eq!(later.routed_experts, Some(rows(&[4])), "rows only once");
+        assert_eq!(
+            later.usage.map(|u| u.cached_tokens),
+            Some(2),
+            "attempt: every output"
+        );
+    }
+
+    #[test]
+    fn a_broken_rule_changes_the_answer() {
+        // Routed experts declared `attempt` instead of `delta`: the prefill's first rows are lost.
+        let broken = RULES.replace(
+            r#""/routed_experts": {"fold": "delta""#,
+            r#""/routed_experts": {"fold": "attempt""#,
+        );
+        let m = RuleMerge::new(MergeRules::parse(&broken).expect("rules"));
+        let mut d = decode();
+        m.merge(&prefill(), &mut d, true);
+        assert_ne!(d.routed_experts, Some(rows(&[1, 2, 3, 4])));
+    }
+
+    #[test]
+    fn native_rows_and_broken_blobs() {
+        let m = RuleMerge::new(MergeRules::parse(RULES).expect("rules"));
+        let e = base64::engine::general_purpose::STANDARD;
+        let b = |v: &[i32]| e.encode(v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>());
+        let p = vec![EngineOutput {
+            engine_data: Some(serde_json::json!({"meta_info": {"routed_experts": b(&[1, 2])}})),
+            ..Default::default()
+        }];
+        let mut d = EngineOutput {
+            engine_data: Some(
+                serde_json::json!({"meta_info": {"routed_experts": b(&[3]), "x": 1}}),
+            ),
+            ..Default::default()
+        };
+        m.merge(&p, &mut d, true);
+        assert_eq!(
+            d.engine_data,
+            Some(serde_json::json!({"meta_info": {"routed_experts": b(&[1, 2, 3]), "x": 1}}))
+        );
+        let p = vec![EngineOutput {
+            engine_data: Some(serde_json::json!({"meta_info": {"routed_experts": "%%%"}})),
+            ..Default::default()
+        }];
+        let mut d = EngineOutput {
+            engine_data: Some(serde_json::json!({"meta_info": {"routed_experts": b(&[3])}})),
+            ..Default::default()
+        };
+        m.merge(&p, &mut d, true);
+        assert_eq!(
+            d.engine_data,
+            Some(serde_json::json!({"meta_info": {}})),
+            "omitted"
+        );
+    }
+
+    #[test]
+    fn incomplete_or_unknown_rules_are_refused() {
+        assert!(MergeRules::parse(r#"{"format": "t", "rules": {}}"#).is_err());
+        let bad = RULES.replace("/index", "/nonsense");
+        assert!(MergeRules::parse(&bad).is_err());
+        let base = MergeRules::parse(RULES).expect("rules");
+        let ext = MergeRules::parse(
+            r#"{"format": "t2", "extends": "t", "rules": {"/engine_data/meta_info/packed": {"fold": "attempt", "legs": "decode"}}}"#,
+        )
+        .expect("ext");
+        let merged = base.extend(&ext).expect("extends");
+        assert!(merged.check_complete().is_ok());
+        assert!(merged.covers("/engine_data/meta_info/packed"));
+    }
+}
