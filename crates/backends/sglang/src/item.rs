@@ -68,8 +68,6 @@ pub(crate) struct Item {
     /// The item's native body: the client's object (key order and unknown keys kept), with the
     /// batch-shaped keys sliced to this item.
     pub body: Value,
-    /// SGLang bootstrap fields of the item, when the client sent any (P/D hand-off info).
-    pub handoff: Option<Value>,
 }
 
 /// The per-request checks for every prompt, in SGLang's order, then the parallel-sampling
@@ -272,6 +270,7 @@ const PER_ITEM_LIST_KEYS: &[&str] = &[
     "cache_salt",
     "bootstrap_host",
     "bootstrap_port",
+    "bootstrap_room",
     "bootstrap_pair_key",
     "decode_tp_size",
     "return_hidden_states",
@@ -286,14 +285,6 @@ const BATCH_LENGTH_KEYS: &[&str] = &[
 ];
 /// Keys whose per-item form is a list of lists.
 const NESTED_KEYS: &[&str] = &["token_ids_logprob", "multi_item_delimiter_indices"];
-/// SGLang's P/D bootstrap fields.
-const BOOTSTRAP_KEYS: &[&str] = &[
-    "bootstrap_host",
-    "bootstrap_port",
-    "bootstrap_room",
-    "bootstrap_pair_key",
-    "decode_tp_size",
-];
 
 /// Attach native bodies (and the header DP rank) to the specs. A single request's body is the
 /// client's object itself (moved, not copied); batch and `n > 1` items get the object with the
@@ -309,12 +300,7 @@ pub(crate) fn build(
         if spec.routing.dp_rank.is_none() {
             spec.routing.dp_rank = header_dp_rank;
         }
-        let handoff = handoff_of(&body);
-        Item {
-            spec,
-            body,
-            handoff,
-        }
+        Item { spec, body }
     };
     if is_single && specs.len() == 1 {
         return specs
@@ -333,17 +319,6 @@ pub(crate) fn build(
         .collect()
 }
 
-fn handoff_of(body: &Value) -> Option<Value> {
-    let obj = body.as_object()?;
-    let mut out = Obj::new();
-    for key in BOOTSTRAP_KEYS {
-        if let Some(v) = obj.get(*key).filter(|v| !v.is_null()) {
-            out.insert((*key).to_owned(), v.clone());
-        }
-    }
-    (!out.is_empty()).then_some(Value::Object(out))
-}
-
 /// The item's body: every key of the client's object in its order, batch-shaped keys sliced.
 fn item_body(obj: &Obj, spec: &ItemSpec, batch_size: usize) -> Value {
     let b = spec.b;
@@ -360,8 +335,6 @@ fn item_body(obj: &Obj, spec: &ItemSpec, batch_size: usize) -> Value {
                 rows.get(b).cloned().unwrap_or(Value::Null)
             }
             ("input_ids", v) => v.clone(),
-            ("bootstrap_room", Value::Number(room)) => offset_room(room, b),
-            ("bootstrap_room", Value::Array(rooms)) => rooms.get(b).cloned().unwrap_or(Value::Null),
             (k, Value::Array(list)) if PER_ITEM_LIST_KEYS.contains(&k) => {
                 list.get(b).cloned().unwrap_or(Value::Null)
             }
@@ -394,32 +367,13 @@ fn sampling_body(v: &Value, fanned_out: bool) -> Value {
     }
 }
 
-/// A scalar `bootstrap_room` becomes `room + i` for batch item `i` (exact for 63-bit rooms).
-fn offset_room(room: &Number, b: usize) -> Value {
-    let Some(r) = number_to_int(room) else {
-        return Value::Number(room.clone());
-    };
-    let v = r + b as i128;
-    if let Ok(i) = i64::try_from(v) {
-        Value::from(i)
-    } else if let Ok(u) = u64::try_from(v) {
-        Value::from(u)
-    } else {
-        Value::Number(room.clone())
-    }
-}
-
 // === projection ===
 
 impl Item {
     /// Phase *project*: the engine request (the frontend fills `request_id`) and what the
     /// assembler needs to answer for it. The native body is moved, not copied.
     pub(crate) fn project(self) -> (EngineRequest, SubConfig) {
-        let Item {
-            spec: s,
-            body,
-            handoff,
-        } = self;
+        let Item { spec: s, body } = self;
         let sp = &s.sampling;
         let prompt_logprobs =
             (s.return_logprob && s.logprob_start_len >= 0).then(|| PromptLogprobOptions {
@@ -481,7 +435,10 @@ impl Item {
                 sampling_mask: s.return_sampling_mask,
             },
             routing: s.routing,
-            handoff,
+            // The SGLang P/D bootstrap fields are router-owned (a client setting one got a
+            // 400): the router puts them in `EngineRequest::pd`.
+            handoff: None,
+            pd: None,
             native: NativeBody {
                 format: FORMAT_NAME.to_owned(),
                 body,

@@ -199,17 +199,31 @@ impl<'a> Fields<'a> {
     }
 }
 
-/// Type checks (pydantic) of fields genfront does not otherwise use.
+/// The P/D bootstrap coordinates genfront's router mints (`spec/sglang-native.md` §3.2, §13.2):
+/// it picks the prefill and decode workers and the rooms, so a client setting one gets a 400.
+/// The optional companions (`bootstrap_pair_key`, `decode_tp_size`, `disagg_prefill_dp_rank`)
+/// pass through on an aggregated engine (RL clients send
+/// `disagg_prefill_dp_rank`), and dropped from a P/D leg's body.
+const ROUTER_OWNED_KEYS: &[&str] = &["bootstrap_host", "bootstrap_port", "bootstrap_room"];
+
+/// Type checks (pydantic) of fields genfront does not otherwise use, and the router-owned
+/// fields: a value other than `null` (SGLang's default), or a per-item list holding one, is
+/// refused with `{field} is set by the router; clients must not set it.`
 fn check_other_types(obj: &Obj) -> Result<(), GenerateError> {
     req_bool(obj, "return_text_in_logprobs", false)?;
     req_bool(obj, "log_metrics", true)?;
-    opt_one_or_list(obj, "bootstrap_room", |v, path| {
-        if v.is_null() {
-            Ok(())
-        } else {
-            json::int_of(v, path).map(|_| ())
+    for key in ROUTER_OWNED_KEYS {
+        let set = match obj.get(*key) {
+            None | Some(Value::Null) => false,
+            Some(Value::Array(items)) => items.iter().any(|v| !v.is_null()),
+            Some(_) => true,
+        };
+        if set {
+            return Err(GenerateError::validation(format!(
+                "{key} is set by the router; clients must not set it."
+            )));
         }
-    })?;
+    }
     opt_int(obj, "disagg_prefill_dp_rank")?;
     Ok(())
 }

@@ -55,12 +55,21 @@ fn check(body: &Value, headers: &HeaderMap, reads: &[&str], source: &str) -> &'s
     match prepare_with(&text, headers, &info, false) {
         Err(r) => {
             let has_text = body.get("text").is_some() && body.get("input_ids").is_none();
-            assert!(has_text, "{source}: unexpected rejection {:?}", r.error);
-            assert_eq!(
-                r.error,
-                GenerateError::validation(TEXT_UNSUPPORTED),
-                "{source}"
+            // genfront's router owns P/D: a client's own bootstrap room is refused.
+            let has_room = body.get("bootstrap_room").is_some_and(|v| !v.is_null());
+            assert!(
+                has_text || has_room,
+                "{source}: unexpected rejection {:?}",
+                r.error
             );
+            let expected = if has_text {
+                GenerateError::validation(TEXT_UNSUPPORTED)
+            } else {
+                GenerateError::validation(
+                    "bootstrap_host is set by the router; clients must not set it.",
+                )
+            };
+            assert_eq!(r.error, expected, "{source}");
             let answer = format(false).error_response(&r.error, r.stream);
             if body["stream"] == true {
                 assert_eq!(answer.status, StatusCode::OK, "{source}");
@@ -161,14 +170,15 @@ fn rl_client_requests() {
         outcomes.push(check(&rec["body"], &headers, &reads, &source));
     }
     assert_eq!(outcomes.len(), 13);
-    // Only the search-r1 shape (#4) sends text.
+    // Only the search-r1 shape (#4) sends text; verl's own P/D decode leg (#11) sets the
+    // bootstrap fields genfront's router owns.
     let rejected: Vec<usize> = outcomes
         .iter()
         .enumerate()
         .filter(|(_, o)| **o == "rejected")
         .map(|(i, _)| i + 1)
         .collect();
-    assert_eq!(rejected, [4]);
+    assert_eq!(rejected, [4, 11]);
 }
 
 #[test]
@@ -177,16 +187,22 @@ fn rl_projection_details() {
     let body = |i: usize| serde_json::to_string(&recs[i - 1]["body"]).unwrap();
     let info = big_engine();
     let h = HeaderMap::new();
-    // verl decode leg: the 63-bit bootstrap room is exact, and is hand-off info.
-    let p = prepare_with(&body(11), &h, &info, false).unwrap();
-    let r = &p.subs[0].request;
-    assert_eq!(
-        r.handoff.as_ref().unwrap()["bootstrap_room"].as_u64(),
-        Some(5_731_906_216_386_620_393)
-    );
+    // verl decode leg: without its bootstrap fields (router-owned) its 63-bit-era body is
+    // served, and its rid is the client id.
+    let mut verl = recs[10]["body"].clone();
+    if let Some(m) = verl.as_object_mut() {
+        m.retain(|k, _| !k.starts_with("bootstrap_"));
+    }
+    let p = prepare_with(&verl.to_string(), &h, &info, false).unwrap();
+    assert_eq!(p.subs[0].request.handoff, None);
     assert_eq!(
         p.client_id.as_deref(),
         Some("5d7a0c2e9f1b4a3c8e6d2f0a1b9c7e4d_D")
+    );
+    let r = prepare_with(&body(11), &h, &info, false).unwrap_err();
+    assert_eq!(
+        r.error,
+        GenerateError::validation("bootstrap_host is set by the router; clients must not set it.")
     );
     // P/D stress client: DP pinning and incremental routed experts.
     let p = prepare_with(&body(8), &h, &info, false).unwrap();

@@ -294,20 +294,15 @@ fn defaults_and_explicit_nulls() {
 
 #[test]
 fn unknown_keys_and_big_rooms_survive_byte_exact() {
-    let body = r#"{"zeta":{"nested":[1,2.5,null,"x"]},"rid":"5d7a_D","input_ids":[146,746],"sampling_params":{"temperature":1.0,"top_p":1.0,"top_k":-1,"repetition_penalty":1.0,"max_new_tokens":2048,"future_sampling_field":{"a":1}},"return_logprob":true,"image_data":null,"bootstrap_host":"10.0.3.17","bootstrap_port":8998,"bootstrap_room":5731906216386620393,"alpha":18446744073709551615,"return_indexer_topk":false}"#;
+    let body = r#"{"zeta":{"nested":[1,2.5,null,"x"]},"rid":"5d7a_D","input_ids":[146,746],"sampling_params":{"temperature":1.0,"top_p":1.0,"top_k":-1,"repetition_penalty":1.0,"max_new_tokens":2048,"future_sampling_field":{"a":1}},"return_logprob":true,"image_data":null,"beta":5731906216386620393,"alpha":18446744073709551615,"return_indexer_topk":false}"#;
     let p = prepared(body);
     let r = &p.subs[0].request;
     assert_eq!(serde_json::to_string(&r.native.body).unwrap(), body);
     assert_eq!(
-        r.native.body["bootstrap_room"].as_u64(),
+        r.native.body["beta"].as_u64(),
         Some(5_731_906_216_386_620_393)
     );
-    assert_eq!(
-        r.handoff,
-        Some(
-            json!({"bootstrap_host": "10.0.3.17", "bootstrap_port": 8998, "bootstrap_room": 5731906216386620393u64})
-        )
-    );
+    assert_eq!(r.handoff, None);
     assert_eq!(p.client_id.as_deref(), Some("5d7a_D"));
     assert_eq!(p.subs[0].abort_key, "5d7a_D");
 }
@@ -353,7 +348,7 @@ fn client_id_and_routing_headers() {
 
 #[test]
 fn batch_with_rid_list_str_and_none() {
-    let body = r#"{"input_ids":[[1,2],[3]],"rid":["r-a","r-b"],"sampling_params":[{"max_new_tokens":4},{"max_new_tokens":5,"x":1}],"return_logprob":[true,false],"lora_path":["l0",null],"bootstrap_room":5731906216386620393,"keep":{"k":1},"image_data":null,"stream":true}"#;
+    let body = r#"{"input_ids":[[1,2],[3]],"rid":["r-a","r-b"],"sampling_params":[{"max_new_tokens":4},{"max_new_tokens":5,"x":1}],"return_logprob":[true,false],"lora_path":["l0",null],"bootstrap_room":[null,null],"keep":{"k":1},"image_data":null,"stream":true}"#;
     let p = prepared(body);
     assert!(p.stream);
     assert_eq!(p.client_id, None);
@@ -368,11 +363,11 @@ fn batch_with_rid_list_str_and_none() {
     assert_eq!(b.routing.lora, None);
     assert_eq!(
         serde_json::to_string(&a.native.body).unwrap(),
-        r#"{"input_ids":[1,2],"rid":"r-a","sampling_params":{"max_new_tokens":4},"return_logprob":true,"lora_path":"l0","bootstrap_room":5731906216386620393,"keep":{"k":1},"image_data":null,"stream":true}"#
+        r#"{"input_ids":[1,2],"rid":"r-a","sampling_params":{"max_new_tokens":4},"return_logprob":true,"lora_path":"l0","bootstrap_room":null,"keep":{"k":1},"image_data":null,"stream":true}"#
     );
     assert_eq!(
         serde_json::to_string(&b.native.body).unwrap(),
-        r#"{"input_ids":[3],"rid":"r-b","sampling_params":{"max_new_tokens":5,"x":1},"return_logprob":false,"lora_path":null,"bootstrap_room":5731906216386620394,"keep":{"k":1},"image_data":null,"stream":true}"#
+        r#"{"input_ids":[3],"rid":"r-b","sampling_params":{"max_new_tokens":5,"x":1},"return_logprob":false,"lora_path":null,"bootstrap_room":null,"keep":{"k":1},"image_data":null,"stream":true}"#
     );
 
     let p = prepared(r#"{"input_ids":[[1],[2],[3]],"rid":"base"}"#);
@@ -460,4 +455,61 @@ fn put_and_post_and_catalog() {
     } else {
         panic!("model info route");
     }
+}
+
+#[test]
+fn router_owned_bootstrap_fields_are_refused() {
+    // genfront's router owns P/D (`spec/sglang-native.md` §3.2, §13.2): the native 400 names
+    // the field, for single and batch requests alike.
+    for (body, field) in [
+        (
+            r#"{"input_ids":[1],"bootstrap_room":9223372036854775807}"#,
+            "bootstrap_room",
+        ),
+        (
+            r#"{"input_ids":[1],"bootstrap_host":"10.0.0.1"}"#,
+            "bootstrap_host",
+        ),
+        (
+            r#"{"input_ids":[1],"bootstrap_port":8998}"#,
+            "bootstrap_port",
+        ),
+        (
+            r#"{"input_ids":[[1],[2]],"bootstrap_room":[null,7]}"#,
+            "bootstrap_room",
+        ),
+        (
+            r#"{"input_ids":[1],"bootstrap_room":"x"}"#,
+            "bootstrap_room",
+        ),
+    ] {
+        let r = rejected(body);
+        assert_eq!(
+            r.error,
+            GenerateError::validation(format!(
+                "{field} is set by the router; clients must not set it."
+            )),
+            "{body}"
+        );
+        let answer = error_answer(body);
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{body}");
+        let v: Value = serde_json::from_slice(&answer.body).unwrap();
+        assert_eq!(
+            v["error"]["message"],
+            format!("{field} is set by the router; clients must not set it."),
+            "{body}"
+        );
+    }
+    // A stream client gets the error the way SGLang streams it.
+    let r = rejected(r#"{"input_ids":[1],"stream":true,"bootstrap_room":1}"#);
+    assert!(r.stream);
+    // SGLang's defaults (null, or a list of nulls) are not a client choice.
+    prepared(
+        r#"{"input_ids":[1],"bootstrap_host":null,"bootstrap_port":null,"bootstrap_room":null}"#,
+    );
+    prepared(r#"{"input_ids":[[1],[2]],"bootstrap_room":[null,null]}"#);
+    // The optional companions are the client's on an aggregated engine (miles sends
+    // `disagg_prefill_dp_rank`).
+    let p = prepared(r#"{"input_ids":[1],"disagg_prefill_dp_rank":1,"bootstrap_pair_key":"k"}"#);
+    assert_eq!(p.subs[0].request.native.body["disagg_prefill_dp_rank"], 1);
 }
