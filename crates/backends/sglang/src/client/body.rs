@@ -6,8 +6,8 @@
 //!   request's token ids (the one list of this item), `text` and `input_embeds` dropped (token-in:
 //!   SGLang would otherwise prefer `text` over `input_ids`), batch-shaped per-item keys (a list where
 //!   an item holds a scalar) replaced by the typed value or dropped, `routed_dp_rank` added from
-//!   the routing hints when the body names no DP rank, and router-owned P/D bootstrap fields from
-//!   `request.handoff` written over the client's. Keys the body lacks are appended at the end.
+//!   the routing hints when the body names no DP rank, and the router-owned P/D bootstrap fields
+//!   from `request.pd` (see below). Keys the body lacks are appended at the end.
 //! - **Typed body** (any other format, e.g. a vLLM client on an SGLang engine, or a request
 //!   without a native body object): built from the typed request only. What SGLang cannot produce is refused with
 //!   [`EngineError::unsupported`] before anything is sent.
@@ -16,14 +16,23 @@
 //!   so the client sends `n` requests with `n = 1`, rids `<dispatch id>-<i>`: one abort with the
 //!   dispatch id (SGLang matches rid prefixes) reaches all of them, and dispatch ids are
 //!   prefix-free among in-flight requests.
+//! - **P/D** (`request.pd` with bootstrap coordinates, `spec/sglang-native.md` §13): both legs
+//!   get the same body plus `bootstrap_host` (a string), `bootstrap_port` (an integer or `null`)
+//!   and `bootstrap_room` (an integer, written from the `u64` itself: never through `f64`), in
+//!   native and typed bodies alike; nothing else changes (SGLang's prefill server limits itself).
+//!   Split parallel samples need one room each: sample `i` gets `(room + i) mod 2^63`, the same
+//!   on both legs, since both legs split the same `n` the same way.
 
-use genfront_protocol::{EngineError, EngineInfo, EngineRequest};
+use genfront_protocol::{Bootstrap, EngineError, EngineInfo, EngineRequest};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::FORMAT_NAME;
 
-/// P/D bootstrap keys a router owns (`spec/sglang-native.md` §13.2).
+/// P/D bootstrap keys a router owns (`spec/sglang-native.md` §13.2): a P/D leg's native body
+/// never forwards the client's (the format refuses the host/port/room triple; a null, or a
+/// companion such as `disagg_prefill_dp_rank`, may remain and passes through on an aggregated
+/// engine).
 const BOOTSTRAP_KEYS: &[&str] = &[
     "bootstrap_host",
     "bootstrap_port",
@@ -32,6 +41,45 @@ const BOOTSTRAP_KEYS: &[&str] = &[
     "decode_tp_size",
     "disagg_prefill_dp_rank",
 ];
+
+/// The bootstrap members written for dispatch `i` of a P/D leg.
+#[derive(Debug, Clone, Copy)]
+struct BootstrapFields<'a> {
+    /// `bootstrap_host`.
+    host: &'a str,
+    /// `bootstrap_port` (`null` when unknown).
+    port: Option<u16>,
+    /// `bootstrap_room` of this dispatch.
+    room: u64,
+}
+
+/// The largest room SGLang accepts (a signed 64-bit room id).
+const MAX_ROOM: u64 = i64::MAX as u64;
+
+impl<'a> BootstrapFields<'a> {
+    /// The fields of split sample `i` (`(room + i) mod 2^63`; sample 0 keeps the room).
+    fn of(b: &'a Bootstrap, i: u32) -> Self {
+        Self {
+            host: &b.host,
+            port: b.port,
+            room: b.room.wrapping_add(u64::from(i)) & MAX_ROOM,
+        }
+    }
+
+    /// Write the three members (`bootstrap_host`, `bootstrap_port`, `bootstrap_room`).
+    fn write(self, out: &mut Vec<u8>, first: &mut bool) {
+        member(out, first, "bootstrap_host", self.host);
+        member(out, first, "bootstrap_port", &self.port);
+        member(out, first, "bootstrap_room", &self.room);
+    }
+
+    /// The three members as a JSON map (typed bodies).
+    fn insert(self, body: &mut Map<String, Value>) {
+        body.insert("bootstrap_host".into(), json!(self.host));
+        body.insert("bootstrap_port".into(), json!(self.port));
+        body.insert("bootstrap_room".into(), json!(self.room));
+    }
+}
 
 /// Keys whose per-item value is a scalar (a list is the batch shape).
 const SCALAR_ITEM_KEYS: &[&str] = &[
@@ -97,6 +145,7 @@ pub(crate) fn plan(
         }
     };
     let unary = native_obj.is_some_and(|o| o.get("stream") != Some(&Value::Bool(true)));
+    let bootstrap = request.pd.as_ref().and_then(|pd| pd.bootstrap.as_ref());
     (0..n)
         .map(|i| {
             let child = if n == 1 {
@@ -104,9 +153,10 @@ pub(crate) fn plan(
             } else {
                 format!("{rid}-{i}")
             };
+            let fields = bootstrap.map(|b| BootstrapFields::of(b, i));
             let body = match native_obj {
-                Some(obj) => native_body(obj, request, &child, n > 1, !unary),
-                None => typed_body(request, &child, info),
+                Some(obj) => native_body(obj, request, &child, n > 1, !unary, fields),
+                None => typed_body(request, &child, info, fields),
             };
             Ok(Dispatch {
                 rid: child,
@@ -178,16 +228,11 @@ fn native_body(
     rid: &str,
     split: bool,
     stream: bool,
+    bootstrap: Option<BootstrapFields<'_>>,
 ) -> Vec<u8> {
     let mut out = Vec::with_capacity(256 + request.token_ids.len() * 7);
     out.push(b'{');
     let first = &mut true;
-    let handoff = request.handoff.as_ref().and_then(Value::as_object);
-    let from_handoff = |k: &str| {
-        handoff
-            .and_then(|h| h.get(k))
-            .filter(|_| BOOTSTRAP_KEYS.contains(&k))
-    };
     let (mut has_rid, mut has_stream, mut has_ids, mut has_dp) = (false, false, false, false);
     for (key, value) in obj {
         let k = key.as_str();
@@ -217,11 +262,8 @@ fn native_body(
                 has_dp = true;
                 member(&mut out, first, k, value);
             }
-            k if from_handoff(k).is_some() => {
-                if let Some(v) = from_handoff(k) {
-                    member(&mut out, first, k, v);
-                }
-            }
+            // Router-owned on a P/D leg: the client's is dropped, the leg's written below.
+            k if bootstrap.is_some() && BOOTSTRAP_KEYS.contains(&k) => {}
             k if SCALAR_ITEM_KEYS.contains(&k) && value.is_array() => {
                 if let Some(v) = typed_scalar(request, k) {
                     member(&mut out, first, k, &v);
@@ -246,12 +288,8 @@ fn native_body(
     if !has_dp && let Some(rank) = request.routing.dp_rank {
         member(&mut out, first, "routed_dp_rank", &rank);
     }
-    if let Some(h) = handoff {
-        for (k, v) in h {
-            if BOOTSTRAP_KEYS.contains(&k.as_str()) && !obj.contains_key(k) {
-                member(&mut out, first, k, v);
-            }
-        }
+    if let Some(b) = bootstrap {
+        b.write(&mut out, first);
     }
     out.push(b'}');
     out
@@ -269,7 +307,12 @@ fn top_logprobs_num(request: &EngineRequest) -> u32 {
 }
 
 /// A body built from the typed request.
-fn typed_body(request: &EngineRequest, rid: &str, info: &EngineInfo) -> Vec<u8> {
+fn typed_body(
+    request: &EngineRequest,
+    rid: &str,
+    info: &EngineInfo,
+    bootstrap: Option<BootstrapFields<'_>>,
+) -> Vec<u8> {
     let stop = &request.stop;
     let s = &request.sampling;
     let prompt_len = u32::try_from(request.token_ids.len()).unwrap_or(u32::MAX);
@@ -357,6 +400,9 @@ fn typed_body(request: &EngineRequest, rid: &str, info: &EngineInfo) -> Vec<u8> 
     if let Some(salt) = &r.cache_salt {
         // `extra_key` is SGLang's long-standing prefix-cache namespace field.
         body.insert("extra_key".into(), json!(salt));
+    }
+    if let Some(b) = bootstrap {
+        b.insert(&mut body);
     }
     serde_json::to_vec(&Value::Object(body)).unwrap_or_default()
 }

@@ -703,3 +703,86 @@ async fn unary_clients_get_the_unary_answer() {
     assert_eq!(sent[0]["stream"], false);
     assert_eq!(sent[0]["rid"], RID);
 }
+
+/// The leg the router gives the prefill side of an SGLang P/D pair.
+fn prefill_leg(room: u64) -> genfront_protocol::PdLeg {
+    genfront_protocol::PdLeg {
+        role: genfront_protocol::PdRole::Prefill,
+        bootstrap: Some(genfront_protocol::Bootstrap {
+            host: "[fd00::1]".into(),
+            port: Some(8998),
+            room,
+        }),
+        kv_transfer_params: None,
+    }
+}
+
+#[tokio::test]
+async fn pd_prefill_answers_decode_with_prompt_side_fields() {
+    const ROOM: u64 = (1 << 63) - 1;
+    let prompt_side = json!({
+        "input_token_logprobs": [[null, 1, null], [-1.5, 2, null], [-0.25, 3, null]],
+        "output_token_logprobs": [[-0.5, 5, null]],
+        "cached_tokens": 2,
+    });
+    // SGLang's prefill: its one sampled token (or none), finish `length` 0, unary and streamed.
+    let cases = [
+        (false, vec![5u32], 1usize),
+        (true, vec![5], 1),
+        (false, vec![], 0),
+        (true, vec![], 0),
+    ];
+    for (stream, ids, completion) in cases {
+        let fake = fake::start(false).await;
+        let e = connect(&fake, options()).await;
+        let mut extra = prompt_side.clone();
+        if ids.is_empty() {
+            extra["output_token_logprobs"] = json!([]);
+        }
+        let answer = frame(
+            &ids,
+            json!({"type": "length", "length": 0}),
+            completion,
+            extra,
+        );
+        let bytes = if stream {
+            sse(&[answer], true)
+        } else {
+            serde_json::to_vec(&answer).expect("json")
+        };
+        fake.shared
+            .push(Reply::Sse(chunks(&bytes, &[7]), End::Close));
+        let (mut req, _) = native_request(
+            &e,
+            json!({"rid": "c", "input_ids": [1, 2, 3], "stream": stream,
+                   "sampling_params": {"max_new_tokens": 8},
+                   "return_logprob": true, "logprob_start_len": 0}),
+        );
+        req.pd = Some(prefill_leg(ROOM));
+        let outs = oks(&collect(e.generate(req, CancellationToken::new())).await);
+        let case = format!("stream {stream}, {} ids", ids.len());
+        let last = outs.last().expect("an output");
+        assert_eq!(
+            last.finish_reason,
+            Some(FinishReason::Length { length: 0 }),
+            "{case}"
+        );
+        let tokens: Vec<u32> = outs.iter().flat_map(|o| o.token_ids.clone()).collect();
+        assert_eq!(tokens, ids, "{case}");
+        let prompt = outs
+            .iter()
+            .find_map(|o| o.prompt_logprobs.clone())
+            .expect("prompt logprobs");
+        assert_eq!(prompt.entries.len(), 3, "{case}");
+        assert_eq!(
+            prompt.entries[1].as_ref().map(|e| (e.token_id, e.logprob)),
+            Some((2, -1.5))
+        );
+        assert_eq!(last.usage.map(|u| u.cached_tokens), Some(2), "{case}");
+        let sent = fake.shared.bodies();
+        assert_eq!(sent[0]["bootstrap_host"], "[fd00::1]");
+        assert_eq!(sent[0]["bootstrap_port"], 8998);
+        assert_eq!(sent[0]["bootstrap_room"].as_u64(), Some(ROOM), "{case}");
+        assert_eq!(sent[0]["sampling_params"]["max_new_tokens"], 8);
+    }
+}

@@ -1,5 +1,6 @@
 use genfront_protocol::{
-    EngineError, EngineInfo, EngineRequest, ErrorKind, NativeBody, PromptLogprobOptions,
+    Bootstrap, EngineError, EngineInfo, EngineRequest, ErrorKind, NativeBody, PdLeg, PdRole,
+    PromptLogprobOptions,
 };
 use serde_json::{Value, json};
 
@@ -84,11 +85,20 @@ fn native_body_is_lossless_with_surgical_edits() {
     );
     assert_eq!(v["custom_unknown"], json!({"x": 1}));
 
-    // Missing keys are appended; DP rank and router-owned bootstrap fields are applied.
+    // Missing keys are appended; DP rank and router-owned bootstrap fields are applied (a
+    // client's null bootstrap key is dropped: the router owns them).
     let mut req =
-        native(json!({"sampling_params": {}, "bootstrap_room": 5, "return_logprob": [true]}));
+        native(json!({"sampling_params": {}, "bootstrap_room": null, "return_logprob": [true]}));
     req.routing.dp_rank = Some(3);
-    req.handoff = Some(json!({"bootstrap_host": "10.0.0.1", "bootstrap_room": 77, "other": 1}));
+    req.pd = Some(PdLeg {
+        role: PdRole::Decode,
+        bootstrap: Some(Bootstrap {
+            host: "10.0.0.1".into(),
+            port: None,
+            room: 77,
+        }),
+        kv_transfer_params: None,
+    });
     req.output.logprobs = Some(0);
     let out = bodies(&req, Caps::default()).unwrap_or_default();
     let v = &out[0].1;
@@ -96,16 +106,18 @@ fn native_body_is_lossless_with_surgical_edits() {
         keys(v),
         [
             "sampling_params",
-            "bootstrap_room",
             "return_logprob",
             "rid",
             "input_ids",
             "stream",
             "routed_dp_rank",
-            "bootstrap_host"
+            "bootstrap_host",
+            "bootstrap_port",
+            "bootstrap_room"
         ]
     );
     assert_eq!(v["bootstrap_room"], 77);
+    assert_eq!(v["bootstrap_port"], Value::Null);
     assert_eq!(
         v["return_logprob"], true,
         "batch-shaped list replaced by the typed value"
@@ -224,4 +236,137 @@ fn typed_body_from_another_format() {
         unsupported(&r, Caps::default()),
         Some(ErrorKind::Unsupported)
     );
+}
+
+/// The leg the router gives both sides of an SGLang P/D pair.
+fn leg(role: PdRole, host: &str, port: Option<u16>, room: u64) -> PdLeg {
+    PdLeg {
+        role,
+        bootstrap: Some(Bootstrap {
+            host: host.into(),
+            port,
+            room,
+        }),
+        kv_transfer_params: None,
+    }
+}
+
+/// The raw `"bootstrap_room":…` text of a body (the digits as sent, no float round trip).
+fn raw_room(d: &Dispatch) -> String {
+    let text = String::from_utf8_lossy(&d.body);
+    let start = text.find("\"bootstrap_room\":").map_or(0, |i| i + 17);
+    text[start..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect()
+}
+
+#[test]
+fn pd_legs_carry_the_bootstrap_triple_with_exact_rooms() {
+    const ROOM: u64 = (1 << 63) - 1;
+    let client = json!({
+        "rid": "client",
+        "input_ids": [1, 2, 3],
+        "sampling_params": {"max_new_tokens": 1, "temperature": 0},
+        "return_logprob": true,
+        "logprob_start_len": 0,
+        "stream": true,
+    });
+    for role in [PdRole::Prefill, PdRole::Decode] {
+        let mut req = native(client.clone());
+        req.pd = Some(leg(role, "[fd00::17]", Some(8998), ROOM));
+        let out = bodies(&req, Caps::default()).unwrap_or_default();
+        assert_eq!(out.len(), 1);
+        let (d, v) = &out[0];
+        assert_eq!(v["bootstrap_host"], "[fd00::17]", "{role:?}");
+        assert_eq!(v["bootstrap_port"], 8998);
+        assert_eq!(v["bootstrap_room"].as_u64(), Some(ROOM));
+        assert_eq!(raw_room(d), "9223372036854775807");
+        // Everything else is the client's body with the usual edits, the same on both legs.
+        assert_eq!(v["sampling_params"], client["sampling_params"]);
+        assert_eq!(v["return_logprob"], true);
+        assert_eq!(v["stream"], true);
+        assert!(!d.unary);
+    }
+
+    // Unknown port: null. A unary client still asks for a unary answer on both legs.
+    let mut req = native(json!({"input_ids": [1], "stream": false}));
+    req.pd = Some(leg(PdRole::Prefill, "10.0.0.9", None, 5));
+    let out = bodies(&req, Caps::default()).unwrap_or_default();
+    let (d, v) = &out[0];
+    assert!(d.unary);
+    assert!(v["bootstrap_port"].is_null());
+    assert_eq!(v["bootstrap_room"], 5);
+
+    // A client's companion key (`disagg_prefill_dp_rank`) passes through on an aggregated
+    // engine but not onto a P/D leg, whose coordinates the router chose.
+    let client = json!({"input_ids": [1], "disagg_prefill_dp_rank": 1, "bootstrap_room": null});
+    let out = bodies(&native(client.clone()), Caps::default()).unwrap_or_default();
+    assert_eq!(out[0].1["disagg_prefill_dp_rank"], 1);
+    assert!(out[0].1["bootstrap_room"].is_null());
+    let mut req = native(client);
+    req.pd = Some(leg(PdRole::Decode, "h", Some(1), 3));
+    let out = bodies(&req, Caps::default()).unwrap_or_default();
+    assert!(out[0].1.get("disagg_prefill_dp_rank").is_none());
+    assert_eq!(
+        keys(&out[0].1),
+        [
+            "input_ids",
+            "rid",
+            "stream",
+            "bootstrap_host",
+            "bootstrap_port",
+            "bootstrap_room"
+        ]
+    );
+
+    // Without bootstrap coordinates (e.g. a plain aggregated server) nothing is added.
+    let mut req = native(json!({"input_ids": [1]}));
+    req.pd = Some(PdLeg {
+        role: PdRole::Decode,
+        bootstrap: None,
+        kv_transfer_params: None,
+    });
+    let out = bodies(&req, Caps::default()).unwrap_or_default();
+    assert!(out[0].1.get("bootstrap_room").is_none());
+}
+
+#[test]
+fn pd_split_samples_get_one_room_each_on_both_legs() {
+    const ROOM: u64 = (1 << 63) - 2;
+    let rooms = |role| {
+        let mut req = native(json!({"input_ids": [1], "sampling_params": {"n": 3}}));
+        req.sampling.n = 3;
+        req.pd = Some(leg(role, "h", Some(1), ROOM));
+        bodies(&req, Caps::default())
+            .unwrap_or_default()
+            .iter()
+            .map(|(d, v)| (raw_room(d), v["sampling_params"]["n"].clone()))
+            .collect::<Vec<_>>()
+    };
+    let prefill = rooms(PdRole::Prefill);
+    assert_eq!(
+        prefill,
+        [
+            ("9223372036854775806".to_owned(), json!(1)),
+            ("9223372036854775807".to_owned(), json!(1)),
+            ("0".to_owned(), json!(1)),
+        ],
+        "rooms stay in [0, 2^63 - 1]"
+    );
+    assert_eq!(prefill, rooms(PdRole::Decode));
+}
+
+#[test]
+fn pd_typed_body_carries_the_bootstrap_triple() {
+    const ROOM: u64 = (1 << 63) - 1;
+    let mut req = native(Value::Null);
+    req.native.format = "vllm".into();
+    req.stop.max_tokens = Some(4);
+    req.pd = Some(leg(PdRole::Decode, "10.1.2.3", Some(9000), ROOM));
+    let out = bodies(&req, Caps::default()).unwrap_or_default();
+    let (d, v) = &out[0];
+    assert_eq!(v["bootstrap_host"], "10.1.2.3");
+    assert_eq!(v["bootstrap_port"], 9000);
+    assert_eq!(raw_room(d), "9223372036854775807");
 }
