@@ -6,12 +6,46 @@
 //!   with surgical edits (`request_id`, `token_ids`, `stream`, `stream_options`,
 //!   `kv_transfer_params`);
 //! - a body built from the typed request for every other format.
+//!
+//! A P/D leg (`request.pd`, `spec/vllm-native.md` §10) is one more set of edits, on both paths:
+//! its `kv_transfer_params` at the top level (overriding a client's own), and also under
+//! `sampling_params.extra_args.kv_transfer_params` with [`BodyOptions::nest_kv_transfer_params`]
+//! (engines older than 0.33 read it only there). The typed fields already describe the leg; the
+//! native body is edited to match:
+//! - **prefill**: `max_tokens: 1` (0 kept when the client asked 0), `min_tokens` at most that,
+//!   `n: 1`, `stream: false` without `stream_options` (the answer's `kv_transfer_params` is in
+//!   the unary body only), `prompt_logprobs` kept (prefill computes them); without parameters
+//!   from the router it asks for `{"do_remote_decode": true, "do_remote_prefill": false}`;
+//! - **decode**: the client's request, minus the prompt-logprob keys (`prompt_logprobs`,
+//!   `prompt_logprob_token_ids`, `prompt_logprob_start`: decode never ran the prompt, and a vLLM
+//!   decode answers 500 to them).
+//!
+//! Both legs carry the same `request_id` (the router gives both the engine request's id).
 
-use genfront_protocol::{EngineError, EngineInfo, EngineRequest};
+use genfront_protocol::{EngineError, EngineInfo, EngineRequest, PdLeg, PdRole};
 use serde_json::{Map, Value, json};
 
 use super::decode::DecodeSpec;
 use crate::project::FORMAT_NAME;
+
+/// Client options that shape the body.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct BodyOptions {
+    /// Also send a P/D leg's `kv_transfer_params` under `sampling_params.extra_args`.
+    pub nest_kv_transfer_params: bool,
+}
+
+/// `sampling_params` keys about the prompt, which a decode leg never gets.
+const PROMPT_LOGPROB_KEYS: &[&str] = &[
+    "prompt_logprobs",
+    "prompt_logprob_token_ids",
+    "prompt_logprob_start",
+];
+
+/// What a prefill leg asks for when the router gave no parameters (`spec/vllm-native.md` §10.2).
+fn remote_decode() -> Value {
+    json!({"do_remote_decode": true, "do_remote_prefill": false})
+}
 
 /// What to send upstream.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,8 +76,14 @@ fn stream_options() -> Value {
 /// (`OutputOptions::token_ids_logprobs` covers the prompt side only with prompt logprobs on), so
 /// a vLLM-format client's native body is read for it.
 fn needs_unary(request: &EngineRequest) -> bool {
+    let role = request.pd.as_ref().map(|pd| pd.role);
+    if role == Some(PdRole::Prefill) {
+        return true;
+    }
     let sampling = request.native.body.get("sampling_params");
+    // A decode leg's body has no prompt-logprob keys left.
     let native_prompt_ids = request.native.format == FORMAT_NAME
+        && role != Some(PdRole::Decode)
         && sampling
             .and_then(|s| s.get("prompt_logprob_token_ids"))
             .is_some_and(|v| !v.is_null());
@@ -65,14 +105,20 @@ fn needs_unary(request: &EngineRequest) -> bool {
 pub(crate) fn build(
     mut request: EngineRequest,
     info: &EngineInfo,
+    options: BodyOptions,
 ) -> Result<(Upstream, DecodeSpec), EngineError> {
     if request.request_id.is_empty() {
         // The frontend always mints one; a bare caller still gets an abortable id.
         request.request_id = uuid::Uuid::new_v4().simple().to_string();
     }
     let unary = needs_unary(&request);
+    let prefill = request
+        .pd
+        .as_ref()
+        .is_some_and(|pd| pd.role == PdRole::Prefill);
     let spec = DecodeSpec {
-        n: request.sampling.n,
+        // A prefill leg asks for one sample, whatever the client's `n`.
+        n: if prefill { 1 } else { request.sampling.n },
         prompt_len: u32::try_from(request.token_ids.len()).unwrap_or(u32::MAX),
         prompt: if request.output.prompt_logprobs.is_some() {
             request.token_ids.clone()
@@ -90,12 +136,15 @@ pub(crate) fn build(
         fallback_eos: info.eos_token_ids.first().copied().unwrap_or(0),
     };
     let native = std::mem::take(&mut request.native.body);
-    let map = match native {
+    let mut map = match native {
         Value::Object(map) if request.native.format == FORMAT_NAME => {
             native_body(map, &request, unary)
         }
         _ => typed_body(&request, unary)?,
     };
+    if let Some(pd) = &request.pd {
+        put_kv_transfer_params(&mut map, pd, options);
+    }
     let body = serde_json::to_vec(&Value::Object(map))
         .map_err(|e| EngineError::internal(format!("serialising the vLLM request: {e}")))?;
     Ok((
@@ -130,6 +179,73 @@ fn set_stream(map: &mut Map<String, Value>, unary: bool) {
     }
 }
 
+/// A P/D leg's `kv_transfer_params`: top level, and under `sampling_params.extra_args` when
+/// configured. A decode leg without parameters keeps the client's own (if any).
+fn put_kv_transfer_params(map: &mut Map<String, Value>, pd: &PdLeg, options: BodyOptions) {
+    let kv = match (&pd.kv_transfer_params, pd.role) {
+        (Some(kv), _) => kv.clone(),
+        (None, PdRole::Prefill) => remote_decode(),
+        (None, PdRole::Decode) => return,
+    };
+    if options.nest_kv_transfer_params {
+        with_sampling_params(map, |sp| {
+            let extra = sp
+                .entry("extra_args")
+                .or_insert_with(|| Value::Object(Map::new()));
+            if !extra.is_object() {
+                *extra = Value::Object(Map::new());
+            }
+            if let Value::Object(extra) = extra {
+                set(extra, "kv_transfer_params", kv.clone());
+            }
+        });
+    }
+    set(map, "kv_transfer_params", kv);
+}
+
+/// Edit the body's `sampling_params` object (created, or replacing a non-object, when needed).
+fn with_sampling_params(map: &mut Map<String, Value>, edit: impl FnOnce(&mut Map<String, Value>)) {
+    let slot = map
+        .entry("sampling_params")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !slot.is_object() {
+        *slot = Value::Object(Map::new());
+    }
+    if let Value::Object(sp) = slot {
+        edit(sp);
+    }
+}
+
+/// The native body edits of a P/D leg (module docs); `kv_transfer_params` is set by
+/// [`put_kv_transfer_params`].
+fn edit_leg(map: &mut Map<String, Value>, role: PdRole, request: &EngineRequest) {
+    match role {
+        PdRole::Prefill => with_sampling_params(map, |sp| {
+            let asked_zero = request.stop.max_tokens == Some(0)
+                || sp.get("max_tokens").and_then(Value::as_i64) == Some(0);
+            let max = i64::from(!asked_zero);
+            set(sp, "max_tokens", json!(max));
+            if sp
+                .get("min_tokens")
+                .and_then(Value::as_i64)
+                .is_some_and(|m| m > max)
+            {
+                set(sp, "min_tokens", json!(max));
+            }
+            if sp.contains_key("n") {
+                set(sp, "n", json!(1));
+            }
+        }),
+        PdRole::Decode => {
+            if let Some(Value::Object(sp)) = map.get_mut("sampling_params") {
+                for key in PROMPT_LOGPROB_KEYS {
+                    sp.shift_remove(*key);
+                }
+            }
+        }
+    }
+}
+
 /// The client's own vLLM body with the surgical edits.
 fn native_body(
     mut map: Map<String, Value>,
@@ -145,6 +261,9 @@ fn native_body(
     set_stream(&mut map, unary);
     if let Some(handoff) = &request.handoff {
         set(&mut map, "kv_transfer_params", handoff.clone());
+    }
+    if let Some(pd) = &request.pd {
+        edit_leg(&mut map, pd.role, request);
     }
     map
 }

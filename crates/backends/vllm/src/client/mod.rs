@@ -63,6 +63,10 @@ pub struct VllmEngineOptions {
     /// tokens produced meanwhile) before making up `Cancelled` items. Capped at 2 s.
     /// Default 2 s.
     pub cancel_grace: Duration,
+    /// Also send a P/D leg's `kv_transfer_params` under `sampling_params.extra_args` (where
+    /// vLLM builds before 0.33 read it; newer ones copy the top-level key there themselves).
+    /// Default false: top level only.
+    pub nest_kv_transfer_params: bool,
 }
 
 impl Default for VllmEngineOptions {
@@ -79,6 +83,7 @@ impl Default for VllmEngineOptions {
             connect_timeout: Duration::from_secs(5),
             handshake_timeout: Duration::from_secs(10),
             cancel_grace: Duration::from_secs(2),
+            nest_kv_transfer_params: false,
         }
     }
 }
@@ -108,6 +113,7 @@ struct Inner {
     lora_adapters: Vec<String>,
     health_url: String,
     shared: run::Shared,
+    body: body::BodyOptions,
 }
 
 impl std::fmt::Debug for VllmEngine {
@@ -212,6 +218,9 @@ impl VllmEngine {
                 info,
                 lora_adapters: models.loras,
                 shared,
+                body: body::BodyOptions {
+                    nest_kv_transfer_params: options.nest_kv_transfer_params,
+                },
             }),
         })
     }
@@ -245,7 +254,7 @@ impl Engine for VllmEngine {
     /// Build the vLLM body now (an unsupported request yields one `Unsupported` error); send it
     /// on the stream's first poll.
     fn generate(&self, request: EngineRequest, cancel: CancellationToken) -> OutputStream {
-        match body::build(request, &self.inner.info) {
+        match body::build(request, &self.inner.info, self.inner.body) {
             Ok((upstream, spec)) => run::stream(
                 self.inner.shared.clone(),
                 upstream,

@@ -766,3 +766,58 @@ proptest! {
         prop_assert_eq!(parsed.values, ids.iter().map(|i| i64::from(*i)).collect::<Vec<_>>());
     }
 }
+
+/// The returned hand-off of a NIXL prefill (`spec/vllm-native.md` §10.2).
+fn nixl() -> Value {
+    json!({"do_remote_prefill": true, "do_remote_decode": false, "remote_block_ids": [1, 2],
+           "remote_engine_id": "e0", "remote_request_id": "generate-tokens-x",
+           "remote_host": "10.0.0.2", "remote_port": 5600, "tp_size": 1})
+}
+
+#[test]
+fn pd_prefill_answer_hands_off_its_kv_transfer_params() {
+    // Unary (what genfront asks of a prefill leg): one token, `length`, the hand-off at the top.
+    let body = json!({"request_id": "generate-tokens-x", "model": "m",
+        "usage": {"prompt_tokens": 3, "total_tokens": 4, "completion_tokens": 1},
+        "prompt_logprobs": [null, {"11": {"logprob": -1.5, "rank": 1, "decoded_token": null}},
+                            {"12": {"logprob": -0.2, "rank": 1, "decoded_token": null}}],
+        "kv_transfer_params": nixl(),
+        "choices": [{"index": 0, "finish_reason": "length", "stop_reason": null,
+                     "token_ids": [7]}]});
+    let mut dec = Decoder::new(DecodeSpec {
+        prompt: vec![10, 11, 12],
+        prompt_logprobs: Some(PromptLogprobOptions { start: 0, top_k: 0 }),
+        ..spec(1)
+    });
+    let mut queue = VecDeque::new();
+    assert_eq!(
+        dec.on_unary(body.to_string().as_bytes(), &mut queue),
+        Flow::Done
+    );
+    let out = ok(queue.into_iter().collect());
+    let last = out.last().expect("an output");
+    assert_eq!(last.handoff, Some(nixl()));
+    assert_eq!(last.finish_reason, Some(FinishReason::Length { length: 1 }));
+    let tokens: Vec<u32> = out.iter().flat_map(|o| o.token_ids.clone()).collect();
+    assert_eq!(tokens, [7]);
+    assert!(out[0].prompt_logprobs.is_some(), "prefill computes them");
+
+    // Streamed (a prefill leg of a build that streams anyway): the hand-off on the final chunk
+    // reaches the choice's last item, which the usage chunk then completes.
+    let mut dec = Decoder::new(spec(1));
+    let items = feed_done(
+        &mut dec,
+        &[
+            json!({"choices": [{"index": 0, "token_ids": [7], "finish_reason": "length"}],
+                   "kv_transfer_params": nixl()}),
+            json!({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1,
+                   "total_tokens": 4}}),
+            done(),
+        ],
+    );
+    let out = ok(items);
+    let last = out.last().expect("an output");
+    assert_eq!(last.handoff, Some(nixl()));
+    assert_eq!(last.finish_reason, Some(FinishReason::Length { length: 1 }));
+    assert!(out[..out.len() - 1].iter().all(|o| o.handoff.is_none()));
+}

@@ -58,7 +58,8 @@ fn prepare(body: &Value) -> (Prepared, EngineRequest) {
 }
 
 fn decoder(request: &EngineRequest) -> (Decoder, bool) {
-    let (upstream, spec) = body::build(request.clone(), &info()).expect("buildable");
+    let (upstream, spec) =
+        body::build(request.clone(), &info(), body::BodyOptions::default()).expect("buildable");
     (Decoder::new(spec), upstream.unary)
 }
 
