@@ -253,7 +253,7 @@ impl RuleMerge {
         }
     }
 
-    fn merge_native(&self, prefill: &[EngineOutput], decode: &mut EngineOutput, first: bool) {
+    fn merge_native(&self, prefill: &[&EngineOutput], decode: &mut EngineOutput, first: bool) {
         // Native fields with a rule of their own under `/engine_data/meta_info/…` or top level.
         let native_rules: Vec<(&String, &FieldRule)> = self
             .rules
@@ -340,6 +340,15 @@ fn remove_pointer(root: &mut Value, ptr: &str) {
 
 impl PdMerge for RuleMerge {
     fn merge(&self, prefill: &[EngineOutput], decode: &mut EngineOutput, first: bool) {
+        // The prompt side is the same for every choice: fold only the prefill outputs of the
+        // decode output's own choice (or of choice 0 when the prefill ran one choice).
+        let own: Vec<&EngineOutput> = prefill.iter().filter(|o| o.index == decode.index).collect();
+        let prefill: Vec<&EngineOutput> = if own.is_empty() {
+            prefill.iter().filter(|o| o.index == 0).collect()
+        } else {
+            own
+        };
+        let prefill = prefill.as_slice();
         let r = |f: &str| self.rules.rule(f);
         // Prompt logprobs.
         let rule = r("/prompt_logprobs");

@@ -353,6 +353,7 @@ impl Run {
             choice.finished = true;
             out.finish_reason = Some(FinishReason::Length { length: 0 });
             out.usage = Some(usage(self.prompt_len, self.cached, 0));
+            out.handoff = self.kv_handoff();
             return out;
         }
 
@@ -401,17 +402,23 @@ impl Run {
         };
         choice.finished = out.finish_reason.is_some();
         out.usage = Some(usage(self.prompt_len, self.cached, choice.generated));
-        if choice.finished && self.leg == Some(PdRole::Prefill) && self.kv_style {
-            // What a vLLM prefill returns for its decode (NIXL-like shape).
-            out.handoff = Some(serde_json::json!({
+        if choice.finished {
+            out.handoff = self.kv_handoff();
+        }
+        out
+    }
+
+    /// What a vLLM-style prefill returns for its decode (NIXL-like shape), on its last item.
+    fn kv_handoff(&self) -> Option<serde_json::Value> {
+        (self.leg == Some(PdRole::Prefill) && self.kv_style).then(|| {
+            serde_json::json!({
                 "do_remote_prefill": true,
                 "do_remote_decode": false,
                 "remote_engine_id": "genfront-mock",
                 "remote_request_id": self.req.request_id,
                 "remote_num_tokens": self.prompt_len,
-            }));
-        }
-        out
+            })
+        })
     }
 
     /// Attach what a choice's first item carries about the prompt (prompt logprobs, prompt expert

@@ -3,6 +3,8 @@
 
 #![allow(dead_code, missing_docs)]
 
+pub mod random;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -1,0 +1,240 @@
+//! Prefill/decode disaggregation on in-process mocks: for randomized requests of both formats
+//! (unary and SSE, every logprob option, `max_new_tokens` 0/1/k, routed experts, batches and
+//! `n > 1`), the answer through a prefill/decode pair equals the aggregated answer for the same
+//! request, field for field (timing and id fields excepted), for both hand-off styles; failures
+//! of either leg end both; a missing role is refused at once.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use common::random::{fetch, normalize, sglang_request, stream_index, vllm_request};
+use genfront::{ServeArgs, Server};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+const REQUESTS_PER_FORMAT: usize = 1000;
+
+struct Running {
+    addr: SocketAddr,
+    server_state: std::sync::Arc<genfront_frontend::AppState>,
+    _stop: tokio_util::sync::DropGuard,
+}
+
+async fn start(argv: &[&str]) -> Running {
+    let mut full = vec![
+        "serve",
+        "--mock-zero-delay",
+        "--mock-prefix-cache-block-size",
+        "0",
+    ];
+    full.extend_from_slice(argv);
+    let args = ServeArgs::parse_from(full);
+    let server = Server::build(&args).await.expect("genfront builds");
+    assert!(server.wait_ready(Duration::from_secs(5)).await);
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let stop = CancellationToken::new();
+    let state = server.state.clone();
+    tokio::spawn(server.serve(listener, stop.clone()));
+    Running {
+        addr,
+        server_state: state,
+        _stop: stop.drop_guard(),
+    }
+}
+
+/// A batch of the request's prompt and a second prompt, sometimes.
+fn maybe_batch(rng: &mut StdRng, mut body: Value, key: &str) -> Value {
+    if key == "input_ids" && rng.random_bool(0.15) && body["sampling_params"]["n"].is_null() {
+        let first = body[key].clone();
+        body[key] = json!([first, [11, 12, 13]]);
+        if let Some(o) = body.as_object_mut() {
+            o.remove("rid");
+        }
+    }
+    body
+}
+
+async fn differential(format: &str, handoff: &str, n: usize, seed: u64) -> usize {
+    let agg = start(&["--mock", "1"]).await;
+    let pd = start(&[
+        "--mock-prefill",
+        "1",
+        "--mock-decode",
+        "1",
+        "--mock-handoff",
+        handoff,
+    ])
+    .await;
+    let path = if format == "sglang" {
+        "/generate"
+    } else {
+        "/inference/v1/generate"
+    };
+    let client = reqwest::Client::new();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut compared = 0;
+    for i in 0..n {
+        let body = if format == "sglang" {
+            let b = sglang_request(&mut rng, i);
+            maybe_batch(&mut rng, b, "input_ids")
+        } else {
+            vllm_request(&mut rng, i)
+        };
+        let (s1, mut want) = fetch(&client, &format!("http://{}{path}", agg.addr), &body).await;
+        let (s2, mut got) = fetch(&client, &format!("http://{}{path}", pd.addr), &body).await;
+        let regenerated = body["sampling_params"]["n"].as_u64().unwrap_or(1) > 1
+            || body["input_ids"][0].is_array();
+        for v in want.iter_mut().chain(got.iter_mut()) {
+            normalize(v, regenerated);
+            strip_ids(v);
+        }
+        want.sort_by_key(stream_index);
+        got.sort_by_key(stream_index);
+        assert_eq!(
+            s1, s2,
+            "{format}/{handoff} status differs for request {i}: {body}"
+        );
+        if got != want {
+            let first = got.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(0);
+            panic!(
+                "{format}/{handoff} request {i} differs ({} vs {} events, first at {first})\nrequest: {body}\nP/D: {}\naggregated: {}",
+                got.len(),
+                want.len(),
+                got.get(first).map(Value::to_string).unwrap_or_default(),
+                want.get(first).map(Value::to_string).unwrap_or_default(),
+            );
+        }
+        compared += 1;
+    }
+    let idle = pd
+        .server_state
+        .router
+        .workers()
+        .iter()
+        .all(|w| w.load().requests() == 0);
+    assert!(idle, "no leg left running");
+    compared
+}
+
+/// Ids minted per request (SGLang `meta_info.id`, vLLM `request_id` of a request without one).
+fn strip_ids(v: &mut Value) {
+    match v {
+        Value::Array(items) => items.iter_mut().for_each(strip_ids),
+        Value::Object(o) => {
+            if let Some(Value::Object(m)) = o.get_mut("meta_info") {
+                m.remove("id");
+            }
+        }
+        _ => {}
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sglang_1000_randomized_requests_pd_equals_aggregated_bootstrap() {
+    let n = differential("sglang", "bootstrap", REQUESTS_PER_FORMAT, 11).await;
+    assert_eq!(n, REQUESTS_PER_FORMAT);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vllm_1000_randomized_requests_pd_equals_aggregated_kv_transfer() {
+    let n = differential("vllm", "kv_transfer", REQUESTS_PER_FORMAT, 12).await;
+    assert_eq!(n, REQUESTS_PER_FORMAT);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_formats_over_the_other_hand_off_style() {
+    assert_eq!(differential("sglang", "kv_transfer", 200, 13).await, 200);
+    assert_eq!(differential("vllm", "bootstrap", 200, 14).await, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_role_is_refused_at_once_and_the_other_role_gets_nothing() {
+    let pd = start(&["--mock-prefill", "1", "--mock-decode", "1"]).await;
+    let router = &pd.server_state.router;
+    let decode = router
+        .workers()
+        .into_iter()
+        .find(|w| w.role() == genfront_router::Role::Decode)
+        .expect("decode");
+    assert!(router.set_state(decode.id().as_str(), genfront_router::WorkerState::Draining));
+    let client = reqwest::Client::new();
+    let t0 = Instant::now();
+    let r = client
+        .post(format!("http://{}/generate", pd.addr))
+        .json(&json!({"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}}))
+        .send()
+        .await
+        .expect("answer");
+    assert!(t0.elapsed() < Duration::from_millis(100));
+    assert_eq!(r.status().as_u16(), 503);
+    let prefill = router
+        .workers()
+        .into_iter()
+        .find(|w| w.role() == genfront_router::Role::Prefill)
+        .expect("prefill");
+    assert_eq!(prefill.load().requests(), 0);
+    let ready = client
+        .get(format!("http://{}/ready", pd.addr))
+        .send()
+        .await
+        .expect("ready");
+    assert_eq!(ready.status().as_u16(), 503, "no pair, no readiness");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_leg_ends_both_legs_with_its_error() {
+    // Every engine request fails (the fault applies to both mocks): the first failing leg ends
+    // the other, nothing is left waiting.
+    let pd = start(&[
+        "--mock-prefill",
+        "1",
+        "--mock-decode",
+        "1",
+        "--mock-fault",
+        "error@*:invalid_argument:prefill says no",
+    ])
+    .await;
+    let client = reqwest::Client::new();
+    for stream in [false, true] {
+        let t0 = Instant::now();
+        let r = client
+            .post(format!("http://{}/generate", pd.addr))
+            .json(&json!({"input_ids": [1, 2, 3], "stream": stream,
+                           "sampling_params": {"max_new_tokens": 20}}))
+            .send()
+            .await
+            .expect("answer");
+        let status = r.status().as_u16();
+        let text = r.text().await.expect("body");
+        assert!(t0.elapsed() < Duration::from_secs(1), "fails fast");
+        assert!(
+            text.contains("prefill says no") || text.contains("no"),
+            "{text}"
+        );
+        if !stream {
+            assert_eq!(status, 400, "{text}");
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    for w in pd.server_state.router.workers() {
+        assert_eq!(w.load().requests(), 0, "{} still busy", w.id());
+    }
+}
+
+#[test]
+fn every_format_declares_complete_merge_rules() {
+    for (name, text) in [
+        ("sglang", genfront_sglang::PD_RULES),
+        ("vllm", genfront_vllm::PD_RULES),
+    ] {
+        let rules = genfront_format::pd::MergeRules::parse(text).expect("rules parse");
+        assert_eq!(rules.format, name);
+        rules.check_complete().expect("complete");
+    }
+}
