@@ -3,6 +3,7 @@
 
 #![allow(dead_code, missing_docs)]
 
+pub mod oracle;
 pub mod random;
 
 use std::net::SocketAddr;
