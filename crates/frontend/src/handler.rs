@@ -76,7 +76,7 @@ fn error(
     stream: bool,
     retry_after_default: u32,
 ) -> Response {
-    if err.status().is_server_error() {
+    if err.status().is_server_error() && !matches!(err, GenerateError::NoEngine) {
         tracing::warn!(format = format.name(), code = err.code(), error = %err, "request failed");
     } else {
         tracing::debug!(format = format.name(), code = err.code(), error = %err, "request rejected");
@@ -151,6 +151,7 @@ pub(crate) async fn generate(
     };
     // No worker can take it: say so at once (503 + Retry-After), before reading the body.
     if !state.router.ready_for(format.name()) {
+        state.router.count_refusal(format.name());
         return reject(
             &state,
             &mut tracker,
@@ -236,6 +237,8 @@ async fn dispatch(
     let mut registrations = Vec::with_capacity(subs.len());
     let mut streams: Vec<BoxStream<'static, Tagged>> = Vec::with_capacity(subs.len());
     let mut workers: Vec<String> = Vec::new();
+    let mut served: Vec<(Option<genfront_router::WorkerId>, genfront_router::ServedBy)> =
+        Vec::new();
     for (i, sub) in subs.into_iter().enumerate() {
         let mut request = sub.request;
         request.request_id = ids::mint_request_id();
@@ -262,14 +265,18 @@ async fn dispatch(
                     reason = no.reason,
                     "no worker for request"
                 );
-                // Dropping `streams` aborts the sub-requests already dispatched.
-                let resp = reject(
-                    &state,
-                    &mut tracker,
-                    &*format,
-                    &GenerateError::NoEngine,
-                    streaming,
-                );
+                // A pin to a worker that does not exist is the client's mistake: a retry cannot
+                // help. Otherwise 503. Dropping `streams` aborts the sub-requests already
+                // dispatched.
+                let err = if no.reason == "unknown_worker" {
+                    GenerateError::validation(format!(
+                        "x-genfront-worker names no worker of this server: {}",
+                        ctx.pinned.as_deref().unwrap_or("")
+                    ))
+                } else {
+                    GenerateError::NoEngine
+                };
+                let resp = reject(&state, &mut tracker, &*format, &err, streaming);
                 return with_request_id(resp, client_id.as_deref());
             }
         };
@@ -281,6 +288,7 @@ async fn dispatch(
         if !workers.contains(&worker) {
             workers.push(worker);
         }
+        served.push((dispatched.prefill_worker.clone(), dispatched.served_by()));
         tracker.served_by(dispatched.served_by());
         registrations.push(
             state
@@ -333,6 +341,20 @@ async fn dispatch(
         Err(e) => reject(&state, &mut guard.tracker, &*format, &e, false),
     };
     drop(guard);
+    // Unary: name the workers that actually answered (after any retry).
+    let mut answered: Vec<String> = Vec::new();
+    for (prefill, by) in &served {
+        let w = match prefill {
+            Some(p) => format!("{p}+{}", by.get()),
+            None => by.get().to_string(),
+        };
+        if !answered.contains(&w) {
+            answered.push(w);
+        }
+    }
+    let worker_header = HeaderValue::from_str(&answered.join(","))
+        .ok()
+        .or(worker_header);
     with_worker(with_request_id(resp, client_id.as_deref()), worker_header)
 }
 

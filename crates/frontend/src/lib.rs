@@ -202,6 +202,7 @@ pub fn app(state: Arc<AppState>, routes: &[Route]) -> axum::Router {
     let st2 = state.clone();
     let mut formats: Vec<&'static str> = Vec::new();
     for r in routes {
+        state.metrics.declare_route(&r.path, r.format.name());
         if !formats.contains(&r.format.name()) {
             formats.push(r.format.name());
             state.metrics.declare_format(r.format.name());

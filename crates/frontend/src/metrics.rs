@@ -186,10 +186,25 @@ impl Metrics {
     /// Create the per-format series of `format` now (zeros until the first request), so every
     /// family is present in a scrape from start-up.
     pub fn declare_format(&self, format: &str) {
+        self.declare_route("", format);
         let _ = self.handles(format);
         let _ = self.engine_aborts.get_or_create(&AbortLabels {
             format: format.to_owned(),
             reason: "abort_request".into(),
+        });
+    }
+
+    /// Create `genfront_requests_total{route, format, status="200", error_type=""}` at 0, so the
+    /// family is in a scrape before the first request. An empty `route` declares nothing.
+    pub fn declare_route(&self, route: &str, format: &str) {
+        if route.is_empty() {
+            return;
+        }
+        let _ = self.requests.get_or_create(&RequestLabels {
+            route: route.to_owned(),
+            format: format.to_owned(),
+            status: 200,
+            error_type: String::new(),
         });
     }
 

@@ -32,7 +32,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the frontend (with in-process mock engines: `--mock N`).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Run a native mock engine server (SGLang or vLLM API) with scripted faults.
     Mocker(genfront_mockserver::MockServerArgs),
     /// Serve one engine (a native SGLang/vLLM server, or a mock) to frontends over gRPC.
@@ -381,7 +381,7 @@ impl ServeArgs {
             prefill_policy: None,
             decode_policy: None,
             affinity: AffinityConfig {
-                block_tokens: self.prefix_block_tokens.max(1),
+                block_tokens: self.prefix_block_tokens,
                 cache_threshold: self.prefix_cache_threshold,
                 balance_abs: self.balance_abs,
                 balance_rel: self.balance_rel,
@@ -399,7 +399,7 @@ impl ServeArgs {
                 ..RetryConfig::default()
             },
             health: HealthConfig {
-                interval: self.health_interval.max(Duration::from_millis(10)),
+                interval: self.health_interval,
                 timeout: self.health_timeout,
                 fall: self.health_fall,
                 rise: self.health_rise,

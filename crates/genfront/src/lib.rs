@@ -32,6 +32,7 @@ pub fn init_tracing() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
 }
 
@@ -174,8 +175,10 @@ impl Server {
                 "no engines configured: start with --mock N (N >= 1), --worker sglang=http://HOST:PORT, or --prefill … --decode …"
             );
         }
+        let config = args.router_config();
+        config.validate().map_err(|e| anyhow::anyhow!(e))?;
         let metrics = RouterMetrics::default();
-        let router = Router::new(args.router_config(), metrics.clone());
+        let router = Router::new(config, metrics.clone());
         for engine in mocks {
             router.add_engine(workers::mock_spec(Role::Aggregated, None), engine);
         }
@@ -265,6 +268,25 @@ impl Server {
         }
     }
 
+    /// Wait until every worker is connected and ready (stricter than [`Server::wait_ready`],
+    /// which needs one routable worker per format), at most `limit`. Returns whether they are.
+    pub async fn wait_all_workers(&self, limit: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let workers = self.state.router.workers();
+            if workers
+                .iter()
+                .all(|w| w.state() == genfront_router::WorkerState::Ready)
+            {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// The axum app.
     pub fn router(&self) -> axum::Router {
         genfront_frontend::app(self.state.clone(), &self.routes)
@@ -286,7 +308,8 @@ impl Server {
             .iter()
             .map(|r| format!("{} ({})", r.path, r.format.name()))
             .collect();
-        tracing::info!(address = ?local, routes = ?routes, workers = self.state.router.workers().len(), "genfront serving");
+        let address = local.map(|a| a.to_string()).unwrap_or_default();
+        tracing::info!(address = %address, routes = ?routes, workers = self.state.router.workers().len(), "genfront serving");
         let state = self.state.clone();
         let grace = self.shutdown_grace;
         let sd = shutdown.clone();

@@ -248,11 +248,25 @@ impl FromStr for WorkerSpec {
             ),
             None => (s, WorkerFacts::default()),
         };
+        let http_url = |url: &str| {
+            let ok = url
+                .parse::<http::Uri>()
+                .ok()
+                .filter(|u| matches!(u.scheme_str(), Some("http" | "https")))
+                .is_some_and(|u| u.authority().is_some());
+            if ok {
+                Ok(url.to_owned())
+            } else {
+                Err(format!(
+                    "invalid worker `{s}`: `{url}` is not an http:// or https:// URL with a host"
+                ))
+            }
+        };
         match head.split_once('=') {
             Some(("sglang", url)) if !url.is_empty() => {
-                Ok(WorkerSpec::Sglang(url.to_owned(), facts))
+                Ok(WorkerSpec::Sglang(http_url(url)?, facts))
             }
-            Some(("vllm", url)) if !url.is_empty() => Ok(WorkerSpec::Vllm(url.to_owned(), facts)),
+            Some(("vllm", url)) if !url.is_empty() => Ok(WorkerSpec::Vllm(http_url(url)?, facts)),
             _ => Err(format!(
                 "invalid worker `{s}`: expected sglang=http://HOST:PORT[#FACTS], vllm=http://HOST:PORT[#FACTS] or grpc://HOST:PORT"
             )),

@@ -18,7 +18,7 @@ use genfront_format::resolve_routes;
 use genfront_mockserver::{Api, MockServerArgs, SpawnedMockServer, spawn};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 

@@ -136,6 +136,22 @@ async fn starts_with_its_worker_down_and_serves_once_it_is_up() {
             .and_then(|v| v.to_str().ok()),
         Some("sglang-0")
     );
+    // Pinning: a known worker is used; an unknown id is the client's mistake (400, no retry).
+    for (pin, want) in [("sglang-0", 200), ("sglang-9", 400)] {
+        let r = client
+            .post(format!("{url}/generate"))
+            .header("x-genfront-worker", pin)
+            .json(&sglang_body(2, false))
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(r.status().as_u16(), want, "pin {pin}");
+    }
+    let m = metrics(&client, &url).await;
+    assert!(
+        metric(&m, "genfront_router_no_worker_total", "role=\"agg\"").is_some_and(|v| v >= 2.0),
+        "early refusals are counted: {m}"
+    );
 }
 
 async fn mock(faults: &[&str]) -> SpawnedMockServer {
@@ -215,6 +231,7 @@ async fn connect_failures_open_the_breaker_and_half_open_recovers_it() {
     ])
     .await;
     assert!(server.wait_ready(Duration::from_secs(10)).await);
+    assert!(server.wait_all_workers(Duration::from_secs(10)).await);
     b.shutdown().await.expect("b stops");
     // Hold B's port without listening: connections are refused, and no other test's server can
     // take the port meanwhile.
@@ -229,8 +246,14 @@ async fn connect_failures_open_the_breaker_and_half_open_recovers_it() {
             .await
             .expect("answer");
         let status = r.status().as_u16();
+        let by = r.headers().get("x-genfront-worker").cloned();
         let text = r.text().await.unwrap_or_default();
         assert_eq!(status, 200, "retried on the live worker: {text}");
+        assert_eq!(
+            by.as_ref().and_then(|v| v.to_str().ok()),
+            Some("sglang-0"),
+            "the header names the worker that answered, not the one that failed"
+        );
     }
     let text = metrics(&client, &url).await;
     assert_eq!(
@@ -309,6 +332,7 @@ async fn grpo_hit_rate(policy: &str) -> f64 {
     }
     let (url, server, _stop) = genfront(&argv).await;
     assert!(server.wait_ready(Duration::from_secs(10)).await);
+    assert!(server.wait_all_workers(Duration::from_secs(10)).await);
     let (mut cached, mut prompt) = (0u64, 0u64);
     for g in 0..64 {
         let p = grpo_prompt(g, 512);

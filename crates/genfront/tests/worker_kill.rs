@@ -161,14 +161,7 @@ async fn a_worker_killed_mid_run_fails_its_streams_fast_and_comes_back() {
     ])
     .await;
     assert!(server.wait_ready(Duration::from_secs(10)).await);
-    assert!(
-        server
-            .state
-            .router
-            .workers()
-            .iter()
-            .all(|w| w.state() == genfront_router::WorkerState::Ready)
-    );
+    assert!(server.wait_all_workers(Duration::from_secs(10)).await);
 
     // 200 concurrent streams of 60 tokens (~2.4 s each).
     let tasks: Vec<_> = (0..200)

@@ -118,8 +118,6 @@ impl State {
                     if !self.delivered {
                         self.delivered = true;
                         self.spare = None;
-                        a.verdict = true;
-                        a.worker().record_success();
                     }
                     return Some(Ok(out));
                 }
@@ -144,7 +142,15 @@ impl State {
                     return Some(Err(err));
                 }
                 None => {
+                    // The verdict comes at the end: a worker that cuts every stream after its
+                    // first tokens must not count as working.
                     self.done = true;
+                    if let Some(a) = self.attempt.as_mut()
+                        && !a.verdict
+                    {
+                        a.verdict = true;
+                        a.worker().record_success();
+                    }
                     return None;
                 }
             }

@@ -129,6 +129,37 @@ pub struct RouterConfig {
     pub health: HealthConfig,
 }
 
+impl RouterConfig {
+    /// Check the values make sense.
+    ///
+    /// # Errors
+    /// A message naming the flag and the accepted range.
+    pub fn validate(&self) -> Result<(), String> {
+        let a = &self.affinity;
+        if a.block_tokens == 0 {
+            return Err("--prefix-block-tokens must be at least 1".into());
+        }
+        if !(0.0..=1.0).contains(&a.cache_threshold) {
+            return Err("--prefix-cache-threshold must be in [0, 1]".into());
+        }
+        if !(a.balance_rel.is_finite() && a.balance_rel >= 1.0) {
+            return Err("--balance-rel must be a finite number of at least 1".into());
+        }
+        let r = &self.retry;
+        if !(r.budget_ratio.is_finite() && r.budget_ratio >= 0.0) {
+            return Err("--retry-budget must be a finite number of at least 0".into());
+        }
+        let h = &self.health;
+        if h.interval.is_zero() {
+            return Err("--health-interval must be above 0".into());
+        }
+        if h.timeout.is_zero() {
+            return Err("--health-timeout must be above 0".into());
+        }
+        Ok(())
+    }
+}
+
 /// How to reach a worker that is added by address: connect and learn its facts. Called again
 /// (with backoff) until it succeeds.
 pub type Connector =
@@ -587,6 +618,21 @@ impl Router {
             ctx.clone(),
             cancel,
         ))
+    }
+
+    /// Count a request refused before dispatch because no worker could take it (the frontend's
+    /// early check), so `genfront_router_no_worker_total` sees every refusal.
+    pub fn count_refusal(&self, format: &str) {
+        let role = if self.has_pd() && self.candidates(Role::Aggregated, format, &[]).is_empty() {
+            if self.candidates(Role::Prefill, format, &[]).is_empty() {
+                Role::Prefill
+            } else {
+                Role::Decode
+            }
+        } else {
+            Role::Aggregated
+        };
+        self.metrics.no_worker(role).inc();
     }
 
     /// Whether prefill and decode workers are configured at all.

@@ -12,7 +12,7 @@
 //! | `genfront_worker_failures_total` | counter | worker, role | worker failures (transport, 5xx) |
 //! | `genfront_worker_retries_total` | counter | worker, role | requests retried away from the worker |
 //! | `genfront_worker_probe_failures_total` | counter | worker, role | failed health probes |
-//! | `genfront_router_decisions_total` | counter | policy, decision | `hit`, `miss`, `spill`, `pinned`, `repin` |
+//! | `genfront_router_decisions_total` | counter | policy, decision | `hit`, `miss`, `spill`, `repin` (affinity policies), `pick` (others) |
 //! | `genfront_router_no_worker_total` | counter | role | requests refused for lack of a worker |
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -120,7 +120,7 @@ impl RouterMetrics {
         );
         registry.register(
             "router_decisions",
-            "Routing policy decisions (hit, miss, spill, pinned, repin)",
+            "Routing policy decisions: hit, miss, spill, repin (affinity policies); pick (the others)",
             self.decisions.clone(),
         );
         registry.register(
@@ -166,6 +166,16 @@ impl RouterMetrics {
                 decision: decision.to_owned(),
             })
             .inc();
+    }
+
+    /// The counter of one decision series, resolved once.
+    pub(crate) fn decision_counter(&self, policy: &'static str, decision: &'static str) -> Counter {
+        self.decisions
+            .get_or_create(&DecisionLabels {
+                policy: policy.to_owned(),
+                decision: decision.to_owned(),
+            })
+            .clone()
     }
 
     /// Pre-create the decision series a policy can produce.

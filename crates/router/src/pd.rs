@@ -290,6 +290,16 @@ pub(crate) fn start_pair(
     }
 }
 
+impl Drop for PairState {
+    /// A pair dropped before its end (client gone, abort) frees any half-open trial it held.
+    fn drop(&mut self) {
+        if !self.done {
+            self.prefill_worker.record_neutral();
+            self.decode_worker.record_neutral();
+        }
+    }
+}
+
 impl PairState {
     fn fail(&mut self, err: EngineError, leg: PdRole) -> Option<Result<EngineOutput, EngineError>> {
         self.done = true;
@@ -309,10 +319,6 @@ impl PairState {
     fn emit(&mut self, mut out: EngineOutput) -> Result<EngineOutput, EngineError> {
         let first = self.first_seen.insert(out.index);
         self.merge.merge(&self.prefill_outputs, &mut out, first);
-        if !self.decode_verdict {
-            self.decode_verdict = true;
-            self.decode_worker.record_success();
-        }
         Ok(out)
     }
 
@@ -385,6 +391,10 @@ impl PairState {
                 None => {
                     self.done = true;
                     self.decode = None;
+                    if !self.decode_verdict {
+                        self.decode_verdict = true;
+                        self.decode_worker.record_success();
+                    }
                     return None;
                 }
             }

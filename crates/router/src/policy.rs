@@ -176,6 +176,8 @@ pub(crate) struct Policy {
     sessions: Mutex<Table<String>>,
     hasher: std::collections::hash_map::RandomState,
     metrics: RouterMetrics,
+    /// `decision="pick"` of the non-affinity policies.
+    picks: prometheus_client::metrics::counter::Counter,
 }
 
 /// Index of the least loaded candidate: fewest in-flight tokens, then requests, then the
@@ -209,6 +211,7 @@ impl Policy {
             prefixes: Mutex::new(Table::new(config.table_capacity)),
             sessions: Mutex::new(Table::new(config.session_capacity)),
             hasher: std::collections::hash_map::RandomState::new(),
+            picks: metrics.decision_counter(name, "pick"),
             metrics,
         }
     }
@@ -226,6 +229,9 @@ impl Policy {
                 self.remember_prefix(req, &candidates[0]);
             }
             return 0;
+        }
+        if !matches!(self.kind, PolicyKind::Prefix | PolicyKind::Session) {
+            self.picks.inc();
         }
         match self.kind {
             PolicyKind::RoundRobin => self.next.fetch_add(1, Ordering::Relaxed) % n,

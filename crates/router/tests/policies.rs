@@ -26,6 +26,8 @@ enum Mode {
     Fail(fn() -> EngineError),
     /// One token, then never ends (holds load until dropped).
     Hold,
+    /// One token, then the stream breaks (a worker that cuts every stream).
+    TokenThenBreak,
 }
 
 struct Fake {
@@ -69,6 +71,13 @@ impl Engine for Fake {
             Mode::Hold => {
                 Box::pin(futures::stream::iter(vec![Ok(token)]).chain(futures::stream::pending()))
             }
+            Mode::TokenThenBreak => Box::pin(futures::stream::iter(vec![
+                Ok(token),
+                Err(EngineError::new(
+                    genfront_protocol::ErrorKind::StreamIncomplete,
+                    "closed early",
+                )),
+            ])),
         }
     }
 }
@@ -433,4 +442,34 @@ async fn no_routable_worker_is_refused_at_once() {
         "unknown_worker"
     );
     assert_eq!(fakes[0].calls(), 0);
+}
+
+#[tokio::test]
+async fn a_worker_that_breaks_every_stream_after_its_first_token_opens_its_breaker() {
+    let fakes = vec![Fake::new(Mode::TokenThenBreak)];
+    let r = router_with(
+        RouterConfig {
+            breaker: BreakerConfig {
+                failure_threshold: 3,
+                open_for: std::time::Duration::from_secs(60),
+            },
+            ..RouterConfig::default()
+        },
+        &fakes,
+    );
+    for _ in 0..3 {
+        let d = r
+            .dispatch(request(prompt(1, 8)), &ctx(), CancellationToken::new())
+            .expect("routable");
+        let items: Vec<_> = d.stream.collect().await;
+        assert!(
+            items[0].is_ok() && items[1].is_err(),
+            "no silent re-generation: {items:?}"
+        );
+    }
+    assert_eq!(
+        r.worker("w0").expect("w0").breaker_state(),
+        BreakerState::Open
+    );
+    assert!(!r.ready_for("sglang"));
 }

@@ -3,9 +3,9 @@
 //! included; JSON with 64-bit integers and key order), and malformed messages are rejected.
 
 use genfront_protocol::{
-    Candidate, EngineError, EngineInfo, EngineOutput, EngineRequest, ErrorKind, FinishReason,
-    NativeBody, OutputOptions, PromptLogprobOptions, PromptLogprobs, RoutedExperts, RoutingHints,
-    SamplingOptions, StopConditions, StopMatch, TokenLogprob, Usage,
+    Bootstrap, Candidate, EngineError, EngineInfo, EngineOutput, EngineRequest, ErrorKind,
+    FinishReason, NativeBody, OutputOptions, PdLeg, PdRole, PromptLogprobOptions, PromptLogprobs,
+    RoutedExperts, RoutingHints, SamplingOptions, StopConditions, StopMatch, TokenLogprob, Usage,
 };
 use genfront_sidecar::{WireError, pb, wire};
 use proptest::collection::vec;
@@ -167,6 +167,7 @@ prop_compose! {
             option::of(".{0,6}"),
         ),
         handoff in option::of(json_value()),
+        pd in option::of((any::<bool>(), option::of((".{0,8}", option::of(any::<u16>()), 0..=i64::MAX as u64)), option::of(json_value()))),
         format in "[a-z]{0,6}",
         body in json_value(),
     ) -> EngineRequest {
@@ -197,6 +198,11 @@ prop_compose! {
                 lora: routing.4,
             },
             handoff,
+            pd: pd.map(|(prefill, bootstrap, kv)| PdLeg {
+                role: if prefill { PdRole::Prefill } else { PdRole::Decode },
+                bootstrap: bootstrap.map(|(host, port, room)| Bootstrap { host, port, room }),
+                kv_transfer_params: kv,
+            }),
             native: NativeBody { format, body },
         }
     }
