@@ -367,3 +367,63 @@ async fn prefix_policy_hits_the_cache_on_a_grpo_workload() {
     assert!(prefix > 0.8, "prefix {prefix}");
     assert!(prefix > rr + 0.2, "prefix {prefix} vs round robin {rr}");
 }
+
+/// Each policy's distribution over three native mock servers, read from `x-genfront-worker`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_policy_distributes_as_documented_over_native_mocks() {
+    let client = reqwest::Client::new();
+    let mocks = [mock(&[]).await, mock(&[]).await, mock(&[]).await];
+    for policy in [
+        "round_robin",
+        "random",
+        "least_load",
+        "power_of_two",
+        "prefix",
+        "session",
+    ] {
+        let mut argv = vec!["--policy".to_owned(), policy.to_owned()];
+        for m in &mocks {
+            argv.push("--worker".into());
+            argv.push(format!("sglang={}", m.base_url()));
+        }
+        let (url, server, _stop) = genfront(&argv).await;
+        assert!(server.wait_all_workers(Duration::from_secs(10)).await);
+        let mut counts = std::collections::BTreeMap::<String, usize>::new();
+        let mut per_prompt = std::collections::BTreeMap::<u32, Vec<String>>::new();
+        for i in 0..60u32 {
+            // 12 distinct prompts, each sent 5 times; sessions follow the prompt.
+            let p = i % 12;
+            let r = client
+                .post(format!("{url}/generate"))
+                .header("x-session-id", format!("s{p}"))
+                .json(
+                    &json!({"input_ids": (0..40).map(|t| p * 100 + t).collect::<Vec<u32>>(),
+                               "sampling_params": {"max_new_tokens": 1}}),
+                )
+                .send()
+                .await
+                .expect("answer");
+            assert_eq!(r.status().as_u16(), 200);
+            let w = r.headers()["x-genfront-worker"]
+                .to_str()
+                .expect("ascii")
+                .to_owned();
+            *counts.entry(w.clone()).or_default() += 1;
+            per_prompt.entry(p).or_default().push(w);
+        }
+        let sticky = per_prompt.values().all(|ws| ws.iter().all(|w| w == &ws[0]));
+        match policy {
+            "round_robin" => assert!(counts.values().all(|&n| n == 20), "{policy}: {counts:?}"),
+            "random" | "power_of_two" | "least_load" => {
+                assert_eq!(counts.len(), 3, "{policy} uses every worker: {counts:?}");
+            }
+            _ => {
+                assert!(
+                    sticky,
+                    "{policy}: a prompt/session stays on its worker: {per_prompt:?}"
+                );
+                assert_eq!(counts.len(), 3, "{policy} spreads prompts: {counts:?}");
+            }
+        }
+    }
+}
