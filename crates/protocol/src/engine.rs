@@ -53,6 +53,13 @@ pub struct EngineInfo {
     pub routed_experts: bool,
     /// Whether the engine can report sampling masks.
     pub sampling_mask: bool,
+    /// Whether the engine loads a tokenizer (SGLang without `--skip-tokenizer-init`, vLLM without
+    /// `--tokens-only`). `Some(true)`: text features (`text` in answers, stop strings, text
+    /// prompts, vLLM `output_mode: "text"`) are accepted and forwarded, and the engine's text is
+    /// passed through. `Some(false)`: refused with the engine's own message. `None`: unknown, so
+    /// left to the engine (its own 400 is relayed). genfront has no tokenizer of its own.
+    #[serde(default)]
+    pub tokenizer: Option<bool>,
     /// The worker's own server-info document, as it reported it (SGLang `GET /server_info`), for
     /// auxiliary routes that relay it. `None` for engines without one (mock, vLLM, sidecars that
     /// do not forward it).
@@ -76,7 +83,7 @@ impl EngineInfo {
 }
 
 impl Default for EngineInfo {
-    /// The in-process mock engine's facts (all known).
+    /// The in-process mock engine's facts (all known; no tokenizer).
     fn default() -> Self {
         Self {
             model: "genfront-mock".to_owned(),
@@ -88,6 +95,7 @@ impl Default for EngineInfo {
             max_num_seqs: Some(256),
             routed_experts: true,
             sampling_mask: true,
+            tokenizer: Some(false),
             server_info: None,
         }
     }

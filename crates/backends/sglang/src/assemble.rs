@@ -14,6 +14,12 @@
 //! finish, as SGLang does) and `e2e_latency`; `response_sent_to_client_ts` goes on the first chunk
 //! sent (streams) or the answer (unary).
 //!
+//! Text: an engine with a tokenizer puts `text` in its frames; the SGLang client turns it into a
+//! delta (`engine_data.text`). The item then starts with `"text"`: everything so far (unary,
+//! cumulative chunks) or this delta (incremental chunks), exactly the engine's strings
+//! concatenated — genfront has no tokenizer and never re-derives text. An engine without one
+//! (`--skip-tokenizer-init`, the mock) sends none, and the item has no `text` key.
+//!
 //! Native pass-through: when an output's `engine_data` is a native SGLang frame
 //! (`{"meta_info": {...}, ...}`), its `weight_version`, `num_retractions` (or the older
 //! `total_retractions`) and `reasoning_tokens` replace genfront's defaults (`"default"`, 0, 0),
@@ -91,6 +97,7 @@ struct Marks {
     top: usize,
     tid: usize,
     mask: usize,
+    text: usize,
 }
 
 /// The part of a rendered list from `mark` on (all of it for `None`), without the separator that
@@ -127,6 +134,10 @@ struct Sub {
     num_retractions: Option<Value>,
     reasoning_tokens: Option<Value>,
     extra_meta: Obj,
+    /// The output text so far (engines with a tokenizer): the concatenated `text` deltas of the
+    /// native frames. `None`: the engine sent no text (`--skip-tokenizer-init`), so the item has
+    /// no `text` key.
+    text: Option<String>,
     sent_first: bool,
 }
 
@@ -207,7 +218,16 @@ impl SglangAssembler {
             return;
         };
         let c = &s.cfg;
-        buf.extend_from_slice(b"{\"output_ids\":");
+        buf.push(b'{');
+        if let Some(text) = &s.text {
+            // `out_dict = {"text", "output_ids", "meta_info"}`: cumulative text, or in
+            // incremental mode `state.text[state.last_text_offset:]`.
+            let part = marks.map_or(Some(text.as_str()), |m| text.get(m.text..));
+            buf.extend_from_slice(b"\"text\":");
+            render::json(buf, part.unwrap_or_default());
+            buf.push(b',');
+        }
+        buf.extend_from_slice(b"\"output_ids\":");
         render::list(buf, out(&s.output_ids.items, marks.map(|m| m.ids)));
         buf.extend_from_slice(b",\"meta_info\":{\"id\":");
         render::json(buf, c.rid.as_str());
@@ -351,7 +371,17 @@ impl SglangAssembler {
             top: s.out_top.len(),
             tid: s.out_tid.len(),
             mask: s.mask.items.len(),
+            text: s.text.as_ref().map_or(0, String::len),
         };
+        // The engine's text delta (the client decoder makes every frame's `text` a delta).
+        if let Some(Value::Object(frame)) = &mut output.engine_data
+            && let Some(Value::String(delta)) = frame.shift_remove("text")
+        {
+            match &mut s.text {
+                Some(text) => text.push_str(&delta),
+                None => s.text = Some(delta),
+            }
+        }
         for id in &output.token_ids {
             render::sep(&mut s.output_ids.items);
             render::u32(&mut s.output_ids.items, *id);

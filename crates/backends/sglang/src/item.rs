@@ -17,8 +17,9 @@ use crate::pyfmt::{PyNum, int_list_repr};
 use crate::request::{Fields, InputKind, Row, fresh_rid};
 use crate::sampling::SamplingParams;
 
-/// genfront's answer to a `text` prompt (SGLang with `--skip-tokenizer-init` says "The engine
-/// initialized with skip_tokenizer_init=True cannot accept text prompts…").
+/// genfront's answer to a `text` prompt for an engine without a tokenizer (SGLang with
+/// `--skip-tokenizer-init` says "The engine initialized with skip_tokenizer_init=True cannot
+/// accept text prompts…"). An engine with a tokenizer, or one not known, gets the prompt.
 pub const TEXT_UNSUPPORTED: &str = "genfront is token-in only: this server has no tokenizer configured, so it cannot accept text prompts. Please provide input_ids (token ids) instead of text.";
 /// genfront's answer to an `input_embeds` prompt.
 pub const EMBEDS_UNSUPPORTED: &str = "input_embeds is not supported: genfront is token-in only and its engines take token ids. Please provide input_ids instead.";
@@ -91,13 +92,17 @@ pub(crate) fn validate_and_expand(
     let mut specs = Vec::with_capacity(rows.len().saturating_mul(n));
     for row in rows {
         // _tokenize_one_request
+        // A text prompt goes to an engine that tokenizes it (or may: unknown is left to the
+        // engine); genfront has no tokenizer, so its token-count checks are the engine's.
+        let text_prompt = kind == (InputKind::Text { with_ids: false });
         let ids = match (kind, row.ids) {
+            _ if text_prompt && engine.tokenizer != Some(false) => Vec::new(),
             (InputKind::Text { with_ids: false }, _) => return invalid(TEXT_UNSUPPORTED.into()),
             (InputKind::Embeds, _) => return invalid(EMBEDS_UNSUPPORTED.into()),
             (_, Some(ids)) => ids,
             (_, None) => return invalid(TEXT_UNSUPPORTED.into()),
         };
-        if ids.is_empty() {
+        if ids.is_empty() && !text_prompt {
             return invalid("input_ids cannot be empty.".into());
         }
         let sampling = match &f.sampling {
@@ -106,6 +111,7 @@ pub(crate) fn validate_and_expand(
         };
         // _validate_one_request
         let input_tokens = ids.len() as i128;
+        let context = context.filter(|_| !text_prompt);
         if let Some(context) = context
             && input_tokens >= context
         {
@@ -157,7 +163,7 @@ pub(crate) fn validate_and_expand(
             return invalid("The server is not configured to enable custom logit processor. Please set `--enable-custom-logit-processor` to enable this feature.".into());
         }
         // SamplingParams(**sampling_params).normalize(None).verify(vocab_size)
-        sampling.verify(vocab)?;
+        sampling.verify(vocab, engine.tokenizer)?;
         // The scheduler's checks (`Scheduler.handle_generate_request`), run up front here.
         let (logprob_start_len, top_logprobs_num) = if row.return_logprob {
             let start = row.logprob_start_len;
@@ -167,7 +173,7 @@ pub(crate) fn validate_and_expand(
                 ));
             }
             let prefill_only = sampling.max_new_tokens == Some(0);
-            if start >= input_tokens && !prefill_only {
+            if start >= input_tokens && !prefill_only && !text_prompt {
                 return invalid(format!(
                     "req.logprob_start_len={start} is higher than the number of input tokens len(req.origin_input_ids)={input_tokens}. Please use a smaller logprob_start_len."
                 ));
@@ -184,7 +190,7 @@ pub(crate) fn validate_and_expand(
         };
         let routed_experts_start = match u32::try_from(f.routed_experts_start_len) {
             _ if !f.routed_experts => 0,
-            Ok(s) if i128::from(s) <= input_tokens => s,
+            Ok(s) if i128::from(s) <= input_tokens || text_prompt => s,
             Ok(s) => {
                 return invalid(format!(
                     "routed_experts_start_len={s} is higher than the number of input tokens {input_tokens}. Please use a smaller routed_experts_start_len."

@@ -15,8 +15,13 @@
 //! request, SSE frames decoded into deltas by the one frame parser ([`client::FrameDecoder`]), typed
 //! error mapping, and `POST /abort_request` on cancel or drop.
 //!
-//! genfront has no tokenizer, so answers have SGLang's `--skip-tokenizer-init` shape: no `text`
-//! key, `null` text slots in logprob triples, and `text` prompts are refused (token-in only).
+//! genfront has no tokenizer of its own. What text an answer carries is the engine's: with an
+//! engine that loads a tokenizer ([`EngineInfo::tokenizer`]), `text` prompts, `stop` /
+//! `stop_regex` strings and `return_text_in_logprobs` are forwarded and the engine's `text`
+//! (and matched stop strings) passed through unchanged; with one that does not
+//! (`--skip-tokenizer-init`, the mock), answers have that shape (no `text` key, `null` text
+//! slots in logprob triples) and text prompts and stop strings are refused with SGLang's
+//! messages; when it is not known, the engine decides.
 //!
 //! Start reading at [`SglangFormat`] (request rules in `request.rs`, `item.rs` and `sampling.rs`,
 //! response rules in `assemble.rs`) or at [`SglangEngine`] (`client/`).
@@ -139,8 +144,8 @@ fn json_response(body: &serde_json::Value) -> NativeResponse {
 ///   server) is relayed as it is, except `incremental_streaming_output` / `stream_output`, which
 ///   state the streaming mode of *this* route (`incremental`), since that is what its client
 ///   receives.
-/// - Otherwise (the in-process mock, a vLLM worker, a sidecar) the document is what a
-///   `--skip-tokenizer-init` SGLang server with these facts reports, limited to the keys SGLang
+/// - Otherwise (the in-process mock, a vLLM worker, a sidecar) the document is what an
+///   SGLang server with these facts reports (`skip_tokenizer_init` unless it loads a tokenizer), limited to the keys SGLang
 ///   clients and routers read: `model_path`, `tokenizer_path`, `served_model_name`,
 ///   `skip_tokenizer_init`, `context_length`, `max_running_requests`, `page_size`, `tp_size`,
 ///   `dp_size`, `stream_interval`, the streaming mode, `enable_return_routed_experts`, the P/D
@@ -170,7 +175,7 @@ pub fn server_info(info: &EngineInfo, incremental: bool) -> serde_json::Value {
         "model_path": info.model,
         "tokenizer_path": info.model,
         "served_model_name": info.model,
-        "skip_tokenizer_init": true,
+        "skip_tokenizer_init": info.tokenizer != Some(true),
         "is_embedding": false,
         "context_length": context,
         "max_running_requests": info.max_num_seqs,

@@ -129,22 +129,37 @@ impl SamplingParams {
         })
     }
 
-    /// SGLang's `normalize(tokenizer=None)` then `verify(vocab_size)`, in its order, with its
-    /// messages. genfront has no tokenizer, so string stop conditions get SGLang's
-    /// `--skip-tokenizer-init` rejection. (`min_new_tokens > 0` is *not* rejected: the engine knows
-    /// its EOS ids and enforces `min_tokens` itself.)
+    /// SGLang's `normalize(tokenizer)` then `verify(vocab_size)`, in its order, with its
+    /// messages. String stop conditions need the engine's tokenizer: an engine without one
+    /// (`tokenizer == Some(false)`, SGLang `--skip-tokenizer-init`) gets SGLang's rejection from
+    /// `normalize(None)`; an engine with one, or one not known, matches them itself.
+    /// (`min_new_tokens > 0` is *not* rejected: the engine knows its EOS ids and enforces
+    /// `min_tokens` itself.)
     ///
     /// With `vocab_size` unknown (`None`), `logit_bias` keys are only checked to be integers
     /// that fit a token id; the range check is the engine's.
-    pub(crate) fn verify(&self, vocab_size: Option<u32>) -> Result<(), GenerateError> {
+    pub(crate) fn verify(
+        &self,
+        vocab_size: Option<u32>,
+        tokenizer: Option<bool>,
+    ) -> Result<(), GenerateError> {
         let invalid = |m: String| Err(GenerateError::validation(m));
-        if let Some(stop) = self.stop.as_deref().filter(|s| !s.is_empty()) {
+        let no_tokenizer = tokenizer == Some(false);
+        if let Some(stop) = self
+            .stop
+            .as_deref()
+            .filter(|s| no_tokenizer && !s.is_empty())
+        {
             return invalid(format!(
                 "stop={} is unavailable when skip_tokenizer_init=True (requires tokenizer to decode tokens to text for matching).",
                 str_list_repr(stop.iter().map(String::as_str))
             ));
         }
-        if let Some(stop) = self.stop_regex.as_deref().filter(|s| !s.is_empty()) {
+        if let Some(stop) = self
+            .stop_regex
+            .as_deref()
+            .filter(|s| no_tokenizer && !s.is_empty())
+        {
             return invalid(format!(
                 "stop_regex={} is unavailable when skip_tokenizer_init=True (requires tokenizer to decode tokens to text for matching).",
                 str_list_repr(stop.iter().map(String::as_str))
@@ -378,7 +393,7 @@ mod tests {
         let params =
             SamplingParams::read(&obj, "body.sampling_params").map_err(|e| e.to_string())?;
         params
-            .verify(Some(100))
+            .verify(Some(100), Some(false))
             .map_err(|e| e.public_message().into_owned())
     }
 

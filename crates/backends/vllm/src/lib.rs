@@ -16,8 +16,12 @@
 //! - *assemble*: engine deltas → the unary `GenerateTokensResponse` or one SSE chunk per choice
 //!   delta, plus the usage-only chunk.
 //!
-//! genfront has no tokenizer, so it behaves like a `vllm serve --tokens-only` server: `stop`
-//! strings and `output_mode="text"` are rejected with vLLM's messages.
+//! genfront has no tokenizer of its own. For an engine without one
+//! ([`genfront_protocol::EngineInfo::tokenizer`] `Some(false)`, `vllm serve --tokens-only`, the
+//! mock) it behaves like a `--tokens-only` server: `stop` strings and `output_mode="text"` are
+//! rejected with vLLM's messages. For an engine with a tokenizer, or one not known, `stop`
+//! strings are forwarded (the engine matches them; its `stop_reason` string is relayed);
+//! `output_mode="text"` is refused, since the text shapes are not relayed yet.
 //!
 //! # The engine client ([`VllmEngine`])
 //!
@@ -181,7 +185,8 @@ fn build(_: &FormatSettings) -> Arc<dyn GenerateFormat> {
 
 /// The vLLM native format ([`GenerateFormat`] named `"vllm"`).
 ///
-/// It acts like a `vllm serve --tokens-only` server whose model facts come from the engine's
+/// It acts like a vLLM server (`--tokens-only` unless the engine loads a tokenizer) whose model
+/// facts come from the engine's
 /// [`genfront_protocol::EngineInfo`]: `max_context_len` is `--max-model-len`, `max_logprobs` is
 /// `--max-logprobs`, `max_num_seqs` is `--max-num-seqs`, and `routed_experts` / `sampling_mask`
 /// play `--enable-return-routed-experts` / `--return-sampling-mask`.

@@ -28,7 +28,8 @@ const SAMPLING_EPS: f64 = 1e-5;
 
 /// Message of `MultiModalFeatures` / `GenerateRequest` validators for metadata-only items.
 pub const METADATA_NEEDS_EC: &str = "metadata-only multimodal items require ec_transfer_params";
-/// Message for `stop` on a `--tokens-only` server (vllm#57052): genfront has no tokenizer.
+/// Message for `stop` on a `--tokens-only` server (vllm#57052), used when the engine has no
+/// tokenizer ([`EngineInfo::tokenizer`] `Some(false)`).
 pub const STOP_ON_TOKENS_ONLY: &str = "stop strings are not supported on a --tokens-only server because detokenization is disabled. Check stop strings on the coordinator, or use stop_token_ids.";
 
 /// `validate_cache_salt`, the `mode="before"` validator: a non-empty string of at most 128
@@ -347,8 +348,18 @@ pub(crate) fn serve_checks(
             "prompt_logprob_token_ids are not available when stream=true.",
         ));
     }
-    if !s.stop.is_empty() {
+    // Stop strings need the engine's tokenizer: refused for a `--tokens-only` engine, forwarded
+    // to one that loads a tokenizer or whose kind is unknown (its own 400 is then relayed).
+    if !s.stop.is_empty() && engine.tokenizer == Some(false) {
         return Err(bad_request(STOP_ON_TOKENS_ONLY));
+    }
+    if r.output_mode != "tokens" && engine.tokenizer != Some(false) {
+        // The engine could answer it, but genfront's vLLM assembler builds only the tokens
+        // shapes (the text shapes — `text`, OpenAI-style decoded logprobs — are not relayed yet).
+        return Err(bad_request(format!(
+            "output_mode={} is not supported through genfront yet; use output_mode='tokens'.",
+            py_str(&r.output_mode)
+        )));
     }
     if r.output_mode != "tokens" {
         return Err(bad_request(format!(

@@ -249,6 +249,12 @@ fn native_body(
                 has_ids = true;
                 member(&mut out, first, k, &request.token_ids);
             }
+            // A text prompt (no ids: the format let it through because the engine has a
+            // tokenizer) is the engine's to tokenize; otherwise the ids replace it.
+            "text" if request.token_ids.is_empty() && !obj.contains_key("input_ids") => {
+                has_ids = true;
+                member(&mut out, first, k, value);
+            }
             "text" | "input_embeds" => {}
             "sampling_params" if split => match value {
                 Value::Object(sp) => {

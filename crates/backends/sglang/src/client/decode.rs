@@ -42,6 +42,9 @@
 //! - **`routed_experts`** (base64 of little-endian `int32`, shape `(rows, layers, top_k)`): the
 //!   native string stays in `engine_data` (the SGLang assembler re-emits it as is); when the engine
 //!   was configured with its MoE shape it is also decoded into [`RoutedExperts`].
+//! - **`text`** (an engine with a tokenizer): `engine_data.text` is the text **delta** of the
+//!   frame in both upstream modes (a cumulative frame's text minus the text already delivered),
+//!   so formats rebuild cumulative or incremental text from the engine's own strings.
 //! - **`engine_data`** is the native frame, minus the lists decoded into typed fields above
 //!   (`output_ids` and the logprob/mask lists, which grow with the output in cumulative mode), so
 //!   every other `meta_info` key (`weight_version`, `dp_rank`, `spec_*`, unknown ones) passes
@@ -139,6 +142,8 @@ pub struct FrameDecoder {
     delivered: usize,
     /// The last output id delivered.
     last_token: Option<u32>,
+    /// Bytes of output text delivered so far (cumulative frames carry all of it).
+    text_len: usize,
     /// Prompt logprobs were delivered.
     prompt_sent: bool,
     /// The latest usage.
@@ -163,6 +168,7 @@ impl FrameDecoder {
             cfg,
             delivered: 0,
             last_token: None,
+            text_len: 0,
             prompt_sent: false,
             usage,
             finished: false,
@@ -310,6 +316,7 @@ impl FrameDecoder {
         if prompt_logprobs.is_some() {
             self.prompt_sent = true;
         }
+        self.text_delta(&mut frame);
         strip_typed(&mut frame);
         Ok(EngineOutput {
             index: self.cfg.index,
@@ -323,6 +330,32 @@ impl FrameDecoder {
             handoff: None,
             engine_data: Some(Value::Object(frame)),
         })
+    }
+
+    /// Turn the frame's `text` (an engine with a tokenizer) into the text *delta* of this frame,
+    /// whatever the upstream mode: an incremental frame's text already is one; a cumulative
+    /// frame's (and a unary answer's) is everything so far, so the delta is the part past the
+    /// bytes already delivered. SGLang's text only grows (`TokenizerManager` appends the
+    /// detokenizer's increments to `state.text`, which holds back incomplete UTF-8 and may hold
+    /// back a tail that can still become a stop string), so the text delivered so far is always
+    /// a prefix; were it not (not SGLang's behaviour), the frame adds no text. The text is the
+    /// engine's own, never re-derived: concatenated deltas equal its cumulative text.
+    fn text_delta(&mut self, frame: &mut Map<String, Value>) {
+        let Some(Value::String(text)) = frame.get_mut("text") else {
+            return;
+        };
+        if self.cfg.incremental {
+            self.text_len += text.len();
+            return;
+        }
+        let total = text.len();
+        if text.is_char_boundary(self.text_len) {
+            let delta = text.split_off(self.text_len);
+            *text = delta;
+            self.text_len = total;
+        } else {
+            text.clear();
+        }
     }
 
     /// Output-token logprobs for the new ids, with `k` top alternatives.

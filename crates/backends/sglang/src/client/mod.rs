@@ -138,7 +138,7 @@ pub struct SglangEngine {
 impl SglangEngine {
     /// Connect to the SGLang server at `base_url` (`http://host:port`) and learn its facts:
     /// streaming mode (`incremental_streaming_output`, older `stream_output`), context length,
-    /// model path, `skip_tokenizer_init`-independent limits.
+    /// model path, limits, and whether it loads a tokenizer (`skip_tokenizer_init`).
     ///
     /// # Errors
     /// [`EngineError`] `Unavailable` when the server cannot be reached or answers 502/503/504
@@ -211,6 +211,9 @@ impl SglangEngine {
             max_num_seqs: options.max_num_seqs.or_else(|| num("max_running_requests")),
             routed_experts,
             sampling_mask: options.sampling_mask,
+            // `--skip-tokenizer-init` is a server arg, so `/server_info` reports it (absent in
+            // a document that is not SGLang's: unknown).
+            tokenizer: flag("skip_tokenizer_init").map(|skip| !skip),
             server_info: Some(Value::Object(server.clone())),
         };
         let inner = Arc::new(Inner {

@@ -50,6 +50,11 @@ pub struct VllmEngineOptions {
     pub routed_experts: bool,
     /// The server runs with `--return-sampling-mask`. Default false.
     pub sampling_mask: bool,
+    /// Whether the server loads a tokenizer: `Some(false)` for `vllm serve --tokens-only` (or
+    /// `--skip-tokenizer-init`), `Some(true)` for one that does (then `stop` strings and
+    /// `output_mode: "text"` are forwarded). vLLM's HTTP API does not report it. Default `None`:
+    /// unknown, so those requests are forwarded and vLLM's own 400 is relayed.
+    pub tokenizer: Option<bool>,
     /// Context length to use when `/v1/models` does not report `max_model_len`. Default none
     /// (then such a server is refused).
     pub max_context_len: Option<u32>,
@@ -78,6 +83,7 @@ impl Default for VllmEngineOptions {
             max_num_seqs: None,
             routed_experts: false,
             sampling_mask: false,
+            tokenizer: None,
             max_context_len: None,
             api_key: None,
             connect_timeout: Duration::from_secs(5),
@@ -202,6 +208,7 @@ impl VllmEngine {
             max_num_seqs: options.max_num_seqs,
             routed_experts: options.routed_experts,
             sampling_mask: options.sampling_mask,
+            tokenizer: options.tokenizer,
             server_info: None,
         };
 

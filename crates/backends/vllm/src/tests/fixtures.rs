@@ -46,6 +46,7 @@ fn engine_for(body: &Value) -> EngineInfo {
         max_num_seqs: Some(256),
         routed_experts: false,
         sampling_mask: true,
+        tokenizer: Some(false),
         server_info: None,
     }
 }

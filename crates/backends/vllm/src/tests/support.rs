@@ -23,6 +23,7 @@ pub fn engine() -> EngineInfo {
         max_num_seqs: Some(256),
         routed_experts: true,
         sampling_mask: true,
+        tokenizer: Some(false),
         server_info: None,
     }
 }

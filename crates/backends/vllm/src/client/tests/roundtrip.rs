@@ -33,6 +33,7 @@ fn info() -> EngineInfo {
         max_num_seqs: Some(256),
         routed_experts: true,
         sampling_mask: true,
+        tokenizer: Some(false),
         server_info: None,
     }
 }
