@@ -289,7 +289,7 @@ async fn dispatch(
             workers.push(worker);
         }
         served.push((dispatched.prefill_worker.clone(), dispatched.served_by()));
-        tracker.served_by(dispatched.served_by());
+        tracker.served_by(dispatched.served_by(), dispatched.prefill_worker.as_ref());
         registrations.push(
             state
                 .in_flight

@@ -46,8 +46,12 @@ pub struct TraceEngineRequest {
     pub internal_id: String,
     /// The native id (SGLang rid / vLLM `generate-tokens-…`).
     pub native_id: String,
-    /// Id of the worker that served it (after any retry), empty when none was chosen.
+    /// Id of the worker that served it (after any retry; for P/D the decode worker), empty when
+    /// none was chosen.
     pub worker: String,
+    /// For a P/D pair, the prefill worker.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefill_worker: Option<String>,
     /// Prompt length in tokens.
     pub prompt_len: usize,
     /// FNV-1a 64 of the prompt ids (little-endian u32s), hex.

@@ -16,6 +16,7 @@ struct SubTrack {
     internal_id: String,
     native_id: String,
     worker: Option<genfront_router::ServedBy>,
+    prefill_worker: Option<String>,
     prompt_len: usize,
     prompt_hash: String,
     n: usize,
@@ -88,6 +89,7 @@ impl Tracker {
                 String::new()
             },
             worker: None,
+            prefill_worker: None,
             prompt_len: prompt.len(),
             prompt_hash: if self.trace {
                 prompt_hash(prompt)
@@ -106,10 +108,16 @@ impl Tracker {
         });
     }
 
-    /// Record which worker serves the sub-request dispatched last.
-    pub(crate) fn served_by(&mut self, worker: genfront_router::ServedBy) {
+    /// Record which worker serves the sub-request dispatched last (and, for a P/D pair, its
+    /// prefill worker).
+    pub(crate) fn served_by(
+        &mut self,
+        worker: genfront_router::ServedBy,
+        prefill: Option<&genfront_router::WorkerId>,
+    ) {
         if let Some(s) = self.subs.last_mut() {
             s.worker = Some(worker);
+            s.prefill_worker = prefill.map(ToString::to_string);
         }
     }
 
@@ -209,6 +217,7 @@ impl Drop for Tracker {
                             .as_ref()
                             .map(|w| w.get().to_string())
                             .unwrap_or_default(),
+                        prefill_worker: s.prefill_worker.clone(),
                         prompt_len: s.prompt_len,
                         prompt_hash: s.prompt_hash,
                         output_token_ids: s.output_ids,

@@ -238,3 +238,61 @@ fn every_format_declares_complete_merge_rules() {
         rules.check_complete().expect("complete");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pd_metrics_and_trace_records_name_both_workers() {
+    let dir = std::env::temp_dir().join(format!("genfront-pd-trace-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let trace = dir.join("trace.jsonl");
+    let trace_arg = trace.to_string_lossy().into_owned();
+    let pd = start(&[
+        "--mock-prefill",
+        "1",
+        "--mock-decode",
+        "1",
+        "--trace-file",
+        &trace_arg,
+    ])
+    .await;
+    let client = reqwest::Client::new();
+    let r = client
+        .post(format!("http://{}/generate", pd.addr))
+        .json(&json!({"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}}))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(
+        r.headers()["x-genfront-worker"],
+        "prefill-mock-0+decode-mock-0"
+    );
+    let _ = r.text().await;
+    let metrics = client
+        .get(format!("http://{}/metrics", pd.addr))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    for family in [
+        "genfront_pd_prefill_seconds_count 1",
+        "genfront_pd_decode_ttft_seconds_count 1",
+        "genfront_pd_failures_total{leg=\"prefill\"} 0",
+    ] {
+        assert!(metrics.contains(family), "{family} in\n{metrics}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let line = loop {
+        let text = std::fs::read_to_string(&trace).unwrap_or_default();
+        if let Some(l) = text.lines().next() {
+            break l.to_owned();
+        }
+        assert!(Instant::now() < deadline, "trace written");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let v: Value = serde_json::from_str(&line).expect("trace JSON");
+    assert_eq!(v["engine_requests"][0]["worker"], "decode-mock-0");
+    assert_eq!(v["engine_requests"][0]["prefill_worker"], "prefill-mock-0");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -607,7 +607,14 @@ impl Router {
                     return Err(e);
                 }
             };
-            return Ok(pd::start_pair(prefill, decode, request, ctx, cancel));
+            return Ok(pd::start_pair(
+                self.metrics.pd().clone(),
+                prefill,
+                decode,
+                request,
+                ctx,
+                cancel,
+            ));
         }
         let worker = self.select(Role::Aggregated, ctx, &request, &[])?;
         self.budget.deposit();

@@ -14,11 +14,15 @@
 //! | `genfront_worker_probe_failures_total` | counter | worker, role | failed health probes |
 //! | `genfront_router_decisions_total` | counter | policy, decision | `hit`, `miss`, `spill`, `repin` (affinity policies), `pick` (others) |
 //! | `genfront_router_no_worker_total` | counter | role | requests refused for lack of a worker |
+//! | `genfront_pd_prefill_seconds` | histogram | | P/D: dispatch to the end of the prefill leg |
+//! | `genfront_pd_decode_ttft_seconds` | histogram | | P/D: dispatch to the first decode output |
+//! | `genfront_pd_failures_total` | counter | leg | P/D pairs ended by a failing `prefill` or `decode` leg (hand-off failures included) |
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::breaker::BreakerState;
@@ -73,6 +77,44 @@ pub struct RouterMetrics {
     probe_failures: Family<WorkerLabels, Counter>,
     decisions: Family<DecisionLabels, Counter>,
     no_worker: Family<RoleLabels, Counter>,
+    pd: PdMetrics,
+}
+
+/// Labels of `genfront_pd_failures_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LegLabels {
+    /// `prefill` or `decode`.
+    pub leg: String,
+}
+
+/// P/D families.
+#[derive(Debug, Clone)]
+pub(crate) struct PdMetrics {
+    pub(crate) prefill_seconds: Histogram,
+    pub(crate) decode_ttft_seconds: Histogram,
+    failures: Family<LegLabels, Counter>,
+}
+
+impl Default for PdMetrics {
+    fn default() -> Self {
+        // 1 ms .. ~65 s.
+        let h = || Histogram::new(exponential_buckets(0.001, 2.0, 17));
+        Self {
+            prefill_seconds: h(),
+            decode_ttft_seconds: h(),
+            failures: Family::default(),
+        }
+    }
+}
+
+impl PdMetrics {
+    pub(crate) fn failure(&self, leg: &str) {
+        self.failures
+            .get_or_create(&LegLabels {
+                leg: leg.to_owned(),
+            })
+            .inc();
+    }
 }
 
 impl RouterMetrics {
@@ -131,6 +173,30 @@ impl RouterMetrics {
         for role in [Role::Aggregated, Role::Prefill, Role::Decode] {
             self.no_worker(role);
         }
+        registry.register(
+            "pd_prefill_seconds",
+            "P/D: time from dispatch to the end of the prefill leg",
+            self.pd.prefill_seconds.clone(),
+        );
+        registry.register(
+            "pd_decode_ttft_seconds",
+            "P/D: time from dispatch to the first decode output",
+            self.pd.decode_ttft_seconds.clone(),
+        );
+        registry.register(
+            "pd_failures",
+            "P/D pairs ended by a failing leg (hand-off failures included)",
+            self.pd.failures.clone(),
+        );
+        for leg in ["prefill", "decode"] {
+            let _ = self.pd.failures.get_or_create(&LegLabels {
+                leg: leg.to_owned(),
+            });
+        }
+    }
+
+    pub(crate) fn pd(&self) -> &PdMetrics {
+        &self.pd
     }
 
     pub(crate) fn worker(&self, worker: &str, role: Role) -> WorkerHandles {

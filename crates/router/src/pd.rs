@@ -228,9 +228,13 @@ struct PairState {
     cancel: CancellationToken,
     decode_verdict: bool,
     done: bool,
+    metrics: crate::metrics::PdMetrics,
+    started: std::time::Instant,
+    first_decode: bool,
 }
 
 pub(crate) fn start_pair(
+    metrics: crate::metrics::PdMetrics,
     prefill_worker: Arc<Worker>,
     decode_worker: Arc<Worker>,
     request: EngineRequest,
@@ -277,6 +281,9 @@ pub(crate) fn start_pair(
         cancel,
         decode_verdict: false,
         done: false,
+        metrics,
+        started: std::time::Instant::now(),
+        first_decode: true,
     };
     let stream = futures::stream::unfold(state, |mut st| async move {
         let item = st.next().await?;
@@ -312,12 +319,21 @@ impl PairState {
         };
         settle(worker, Err(&err));
         other.record_neutral();
+        self.metrics.failure(match leg {
+            PdRole::Prefill => "prefill",
+            PdRole::Decode => "decode",
+        });
         tracing::debug!(room = self.room, leg = ?leg, error = %err, "P/D leg failed; both legs ended");
         Some(Err(err))
     }
 
     fn emit(&mut self, mut out: EngineOutput) -> Result<EngineOutput, EngineError> {
         let first = self.first_seen.insert(out.index);
+        if std::mem::take(&mut self.first_decode) {
+            self.metrics
+                .decode_ttft_seconds
+                .observe(self.started.elapsed().as_secs_f64());
+        }
         self.merge.merge(&self.prefill_outputs, &mut out, first);
         Ok(out)
     }
@@ -347,6 +363,9 @@ impl PairState {
                     Ok(Some(Err(e))) => return self.fail(e, PdRole::Prefill),
                     Ok(None) => {
                         self.prefill_done = true;
+                        self.metrics
+                            .prefill_seconds
+                            .observe(self.started.elapsed().as_secs_f64());
                         settle(&self.prefill_worker, Ok(()));
                         // Release the prefill's load now that its part is done.
                         self.prefill = None;
