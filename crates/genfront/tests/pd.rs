@@ -296,3 +296,146 @@ async fn pd_metrics_and_trace_records_name_both_workers() {
     assert_eq!(v["engine_requests"][0]["prefill_worker"], "prefill-mock-0");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The native field pointers of a frame: its top-level keys, and the keys of the containers
+/// that hold per-request fields (`meta_info`, and vLLM's one `choices` entry), under `prefix`.
+fn leaves(v: &Value, prefix: String, out: &mut std::collections::BTreeSet<String>) {
+    let Value::Object(m) = v else {
+        out.insert(prefix);
+        return;
+    };
+    for (k, x) in m {
+        let p = format!("{prefix}/{k}");
+        match (k.as_str(), x) {
+            ("meta_info", Value::Object(_)) => leaves(x, p, out),
+            ("choices", Value::Array(items)) => {
+                for item in items {
+                    leaves(item, format!("{p}/0"), out);
+                }
+            }
+            _ => {
+                out.insert(p);
+            }
+        }
+    }
+}
+
+/// The native fields a real engine client passes through (`engine_data`), collected from rich
+/// requests against the native mock servers, must each have an explicit merge rule — not just
+/// the `/engine_data/*` fallback — so a new field an engine starts sending fails this test until
+/// someone decides how P/D legs combine it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_native_field_a_worker_emits_has_an_explicit_merge_rule() {
+    use futures::StreamExt;
+    use genfront_format::{GenerateFormat, ParseInput};
+    use genfront_mockserver::{Api, MockServerArgs, spawn};
+    use genfront_protocol::Engine;
+
+    for api in [Api::Sglang, Api::Vllm] {
+        let mut args = MockServerArgs::new(api);
+        args.zero_delay = true;
+        args.enable_return_routed_experts = true;
+        args.return_sampling_mask = api == Api::Vllm;
+        let server = spawn(&args).await.expect("mock server");
+        let (engine, format, rules, bodies): (
+            std::sync::Arc<dyn Engine>,
+            std::sync::Arc<dyn GenerateFormat>,
+            &str,
+            Vec<Value>,
+        ) = match api {
+            Api::Sglang => (
+                std::sync::Arc::new(
+                    genfront_sglang::SglangEngine::connect(
+                        &server.base_url(),
+                        genfront_sglang::SglangEngineOptions::default(),
+                    )
+                    .await
+                    .expect("connect"),
+                ),
+                std::sync::Arc::new(genfront_sglang::SglangFormat::default()),
+                genfront_sglang::PD_RULES,
+                [false, true]
+                    .iter()
+                    .map(|s| {
+                        json!({"input_ids": [5, 6, 7, 8], "stream": s, "return_logprob": true,
+                               "logprob_start_len": 0, "top_logprobs_num": 2,
+                               "token_ids_logprob": [1, 2], "return_routed_experts": true,
+                               "sampling_params": {"max_new_tokens": 3}})
+                    })
+                    .collect(),
+            ),
+            Api::Vllm => (
+                std::sync::Arc::new(
+                    genfront_vllm::VllmEngine::connect(
+                        &server.base_url(),
+                        genfront_vllm::VllmEngineOptions {
+                            routed_experts: true,
+                            sampling_mask: true,
+                            ..Default::default()
+                        },
+                    )
+                    .await
+                    .expect("connect"),
+                ),
+                std::sync::Arc::new(genfront_vllm::VllmFormat::new()),
+                genfront_vllm::PD_RULES,
+                [false, true]
+                    .iter()
+                    .map(|s| {
+                        json!({"token_ids": [5, 6, 7, 8], "stream": s,
+                               "stream_options": if *s { json!({"include_usage": true}) } else { Value::Null },
+                               "sampling_params": {"max_tokens": 3, "logprobs": 2,
+                                                   "prompt_logprobs": if *s { Value::Null } else { json!(1) }}})
+                    })
+                    .collect(),
+            ),
+        };
+        let rules = genfront_format::pd::MergeRules::parse(rules).expect("rules");
+        let mut seen = std::collections::BTreeSet::new();
+        for body in bodies {
+            let mut body = body;
+            if let Some(o) = body.as_object_mut() {
+                o.retain(|_, v| !v.is_null());
+                if let Some(Value::Object(sp)) = o.get_mut("sampling_params") {
+                    sp.retain(|_, v| !v.is_null());
+                }
+            }
+            let bytes = serde_json::to_vec(&body).expect("json");
+            let mut headers = http::HeaderMap::new();
+            headers.insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("application/json"),
+            );
+            let prepared = format
+                .prepare(ParseInput {
+                    headers: &headers,
+                    body: &bytes,
+                    engine: engine.info(),
+                })
+                .unwrap_or_else(|r| panic!("{api:?} accepts {body}: {}", r.error));
+            for sub in prepared.subs {
+                let mut request = sub.request;
+                request.request_id = genfront_frontend::mint_request_id();
+                let mut out = engine.generate(request, CancellationToken::new());
+                while let Some(item) = out.next().await {
+                    let item = item.expect("output");
+                    if let Some(data) = &item.engine_data {
+                        leaves(data, "/engine_data".to_owned(), &mut seen);
+                    }
+                }
+            }
+        }
+        assert!(
+            !seen.is_empty(),
+            "{api:?}: the client passes native fields through"
+        );
+        let missing: Vec<&String> = seen
+            .iter()
+            .filter(|f| !rules.rules.contains_key(*f))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "{api:?}: native fields without an explicit merge rule: {missing:?}"
+        );
+    }
+}
