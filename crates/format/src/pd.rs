@@ -231,16 +231,47 @@ fn concat_rows(a: &mut RoutedExperts, b: RoutedExperts) {
     }
 }
 
-/// Base64 of little-endian int32 rows: row concatenation is byte concatenation. `None` when
-/// either side is not valid base64 of whole int32s (a broken blob is omitted, never passed on).
-fn concat_b64_rows(a: &str, b: &str) -> Option<String> {
+/// Whether a decode leg's rows (`decode_len` units) cover the whole sequence rather than only
+/// its own part, given the prefill's `prefill_len` units for the prompt. SGLang's decode worker
+/// reports `[0, seqlen - 1)` like any worker (`routed_experts_capturer.get_routed_experts` slices
+/// `[: seqlen - 1]`), with the prompt rows it never ran invalid, so its row count is
+/// `prompt + completion - 1`; the prefill's rows (`prompt`, or `prompt - 1` when it produced no
+/// output token) then give the row width.
+fn covers_whole_sequence(prefill_len: usize, decode_len: usize, usage: Option<&Usage>) -> bool {
+    let Some(u) = usage else { return false };
+    let (prompt, completion) = (u.prompt_tokens as usize, u.completion_tokens as usize);
+    if prompt == 0 || prefill_len == 0 {
+        return false;
+    }
+    let whole = prompt + completion - 1;
+    [prompt, prompt - 1]
+        .into_iter()
+        .filter(|&k| k > 0 && prefill_len.is_multiple_of(k))
+        .any(|k| decode_len == prefill_len / k * whole)
+}
+
+/// Prefill rows `a`, then decode rows `b`: when `b` covers the whole sequence (see
+/// [`covers_whole_sequence`]) its first `a.len()` units are the prompt rows it never computed
+/// and are replaced by `a` (a splice); otherwise `b` holds only decode rows and is appended.
+fn splice_rows<T: Clone>(a: &mut Vec<T>, b: &[T], usage: Option<&Usage>) {
+    if covers_whole_sequence(a.len(), b.len(), usage) {
+        a.extend_from_slice(&b[a.len()..]);
+    } else {
+        a.extend_from_slice(b);
+    }
+}
+
+/// Base64 of little-endian int32 rows: row concatenation is byte concatenation (spliced as in
+/// [`splice_rows`] when the decode blob covers the whole sequence). `None` when either side is
+/// not valid base64 of whole int32s (a broken blob is omitted, never passed on).
+fn concat_b64_rows(a: &str, b: &str, usage: Option<&Usage>) -> Option<String> {
     let e = base64::engine::general_purpose::STANDARD;
     let mut x = e.decode(a).ok()?;
     let y = e.decode(b).ok()?;
     if x.len() % 4 != 0 || y.len() % 4 != 0 {
         return None;
     }
-    x.extend_from_slice(&y);
+    splice_rows(&mut x, &y, usage);
     Some(e.encode(x))
 }
 
@@ -267,10 +298,19 @@ impl RuleMerge {
             return;
         }
         for (field, rule) in native_rules {
-            if !self.applies(*rule, first) {
+            let ptr = &field["/engine_data".len()..];
+            // A whole-blob field (`rows` folded `attempt`: each frame that carries it carries all
+            // of it, as SGLang's final stream frame does) is merged on every output carrying it,
+            // not only on the first.
+            let carries = rule.legs == Legs::Rows
+                && rule.fold == Fold::Attempt
+                && decode
+                    .engine_data
+                    .as_ref()
+                    .is_some_and(|d| d.pointer(ptr).is_some());
+            if !carries && !self.applies(*rule, first) {
                 continue;
             }
-            let ptr = &field["/engine_data".len()..];
             let from_prefill = fold_opt(
                 prefill
                     .iter()
@@ -283,6 +323,7 @@ impl RuleMerge {
                 },
             );
             let Some(p) = from_prefill else { continue };
+            let usage = decode.usage;
             let Some(data) = decode.engine_data.as_mut() else {
                 continue;
             };
@@ -291,7 +332,7 @@ impl RuleMerge {
                 Legs::Rows => {
                     let merged = match (&p, data.pointer(ptr)) {
                         (Value::String(a), Some(Value::String(b))) => {
-                            concat_b64_rows(a, b).map(Value::String)
+                            concat_b64_rows(a, b, usage.as_ref()).map(Value::String)
                         }
                         (Value::Array(a), Some(Value::Array(b))) => {
                             Some(Value::Array(a.iter().chain(b).cloned().collect()))
@@ -374,7 +415,11 @@ impl PdMerge for RuleMerge {
                 match rule.legs {
                     Legs::Rows => match decode.routed_experts.take() {
                         Some(d) => {
-                            concat_rows(&mut p, d);
+                            if p.num_layers == d.num_layers && p.top_k == d.top_k {
+                                splice_rows(&mut p.ids, &d.ids, decode.usage.as_ref());
+                            } else {
+                                p.ids.clear();
+                            }
                             decode.routed_experts = (!p.ids.is_empty()).then_some(p);
                         }
                         None => decode.routed_experts = Some(p),
@@ -622,5 +667,23 @@ mod tests {
         let merged = base.extend(&ext).expect("extends");
         assert!(merged.check_complete().is_ok());
         assert!(merged.covers("/engine_data/meta_info/packed"));
+    }
+
+    #[test]
+    fn a_whole_sequence_decode_blob_is_spliced_not_appended() {
+        // SGLang decode reports [0, seqlen - 1): prompt 3 + completion 3 - 1 = 5 rows, the 3
+        // prompt rows invalid (zeros); prefill gave the 3 prompt rows.
+        let u = Usage {
+            prompt_tokens: 3,
+            completion_tokens: 3,
+            cached_tokens: 0,
+        };
+        let mut a = vec![1, 2, 3];
+        splice_rows(&mut a, &[0, 0, 0, 4, 5], Some(&u));
+        assert_eq!(a, [1, 2, 3, 4, 5]);
+        // Decode-only rows (genfront's mocks) are appended.
+        let mut a = vec![1, 2, 3];
+        splice_rows(&mut a, &[4, 5], Some(&u));
+        assert_eq!(a, [1, 2, 3, 4, 5]);
     }
 }
