@@ -242,6 +242,7 @@ async fn dispatch(
     for (i, sub) in subs.into_iter().enumerate() {
         let mut request = sub.request;
         request.request_id = ids::mint_request_id();
+        request.output.stream = streaming;
         tracing::debug!(
             format = format.name(),
             internal_id = %request.request_id,

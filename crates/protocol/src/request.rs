@@ -114,6 +114,10 @@ pub struct OutputOptions {
     pub routed_experts_start: u32,
     /// Report the sampling mask (the support set each token was sampled from).
     pub sampling_mask: bool,
+    /// The client asked for a streamed answer. An engine client may use the engine's unary call
+    /// when this is false (the answer is delivered whole anyway); set by the format's projection.
+    #[serde(default)]
+    pub stream: bool,
 }
 
 /// Which prompt positions get logprobs.

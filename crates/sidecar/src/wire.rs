@@ -106,6 +106,7 @@ pub fn encode_request(request: EngineRequest) -> Result<pb::GenerateRequest, Wir
             routed_experts: output.routed_experts,
             routed_experts_start: output.routed_experts_start,
             sampling_mask: output.sampling_mask,
+            stream: output.stream,
         }),
         routing: Some(pb::RoutingHints {
             dp_rank: routing.dp_rank,
@@ -223,6 +224,7 @@ pub fn decode_request(request: pb::GenerateRequest) -> Result<EngineRequest, Wir
             routed_experts: output.routed_experts,
             routed_experts_start: output.routed_experts_start,
             sampling_mask: output.sampling_mask,
+            stream: output.stream,
         },
         routing: RoutingHints {
             dp_rank: routing.dp_rank,

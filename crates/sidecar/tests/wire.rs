@@ -189,6 +189,7 @@ prop_compose! {
                 routed_experts: output.3,
                 routed_experts_start: output.4,
                 sampling_mask: output.5,
+                stream: output.5 ^ output.3,
             },
             routing: RoutingHints {
                 dp_rank: routing.0,

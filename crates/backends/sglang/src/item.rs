@@ -439,6 +439,8 @@ impl Item {
                 routed_experts: s.routed_experts,
                 routed_experts_start: s.routed_experts_start,
                 sampling_mask: s.return_sampling_mask,
+                // Set from the request's `stream` by the frontend (one flag for every item).
+                stream: false,
             },
             routing: s.routing,
             // The SGLang P/D bootstrap fields are router-owned (a client setting one got a

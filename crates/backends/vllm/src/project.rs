@@ -156,6 +156,7 @@ pub(crate) fn project(
             routed_experts: engine.routed_experts,
             routed_experts_start: clamp_u32(s.routed_experts_prompt_start),
             sampling_mask: engine.sampling_mask,
+            stream: r.stream,
         },
         routing: RoutingHints {
             dp_rank: dp_rank(headers),

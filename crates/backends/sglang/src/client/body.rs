@@ -144,7 +144,8 @@ pub(crate) fn plan(
             None
         }
     };
-    let unary = native_obj.is_some_and(|o| o.get("stream") != Some(&Value::Bool(true)));
+    // A unary SGLang client gets SGLang's unary call (the typed flag, not the raw body, decides).
+    let unary = native_obj.is_some() && !request.output.stream;
     let bootstrap = request.pd.as_ref().and_then(|pd| pd.bootstrap.as_ref());
     (0..n)
         .map(|i| {

@@ -43,6 +43,8 @@ fn native_request(engine: &SglangEngine, mut body: Value) -> (EngineRequest, Pre
     let mut p = prepare(&body, engine.info(), engine.incremental_streaming());
     let mut req = p.subs[0].request.clone();
     req.request_id = RID.into();
+    // As the frontend does: the typed flag mirrors the client's `stream`.
+    req.output.stream = p.stream;
     p.subs[0].request.request_id = RID.into();
     (req, p)
 }

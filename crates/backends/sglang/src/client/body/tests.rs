@@ -6,10 +6,16 @@ use serde_json::{Value, json};
 
 use super::{Caps, Dispatch, plan};
 
+/// A native SGLang request as the frontend hands it over (the typed `stream` flag mirrors the
+/// client's `stream`).
 fn native(body: Value) -> EngineRequest {
     EngineRequest {
         request_id: "0123abcd".into(),
         token_ids: vec![7, 8, 9],
+        output: genfront_protocol::OutputOptions {
+            stream: body["stream"] == Value::Bool(true),
+            ..Default::default()
+        },
         native: NativeBody {
             format: "sglang".into(),
             body,
