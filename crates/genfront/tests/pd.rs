@@ -439,3 +439,43 @@ async fn every_native_field_a_worker_emits_has_an_explicit_merge_rule() {
         );
     }
 }
+
+/// A sidecar serves either role: prefill and decode mocks behind `genfront sidecar`s, the leg
+/// travelling typed over gRPC, give the aggregated answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pd_through_sidecars_equals_aggregated() {
+    let mut uris = Vec::new();
+    let mut stops = Vec::new();
+    for role in [
+        genfront_protocol::PdRole::Prefill,
+        genfront_protocol::PdRole::Decode,
+    ] {
+        let mut cfg = genfront_mocker::MockConfig::zero_delay();
+        cfg.role = Some(role);
+        cfg.prefix_cache.block_size = 0;
+        let engine: std::sync::Arc<dyn genfront_protocol::Engine> =
+            std::sync::Arc::new(genfront_mocker::MockEngine::new(cfg).expect("mock"));
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        uris.push(format!("grpc://{}", listener.local_addr().expect("addr")));
+        let stop = CancellationToken::new();
+        tokio::spawn(genfront_sidecar::serve(engine, listener, stop.clone()));
+        stops.push(stop.drop_guard());
+    }
+    let agg = start(&["--mock", "1"]).await;
+    let pd = start(&["--mock", "0", "--prefill", &uris[0], "--decode", &uris[1]]).await;
+    let client = reqwest::Client::new();
+    let mut rng = StdRng::seed_from_u64(21);
+    for i in 0..100 {
+        let body = sglang_request(&mut rng, i);
+        let (s1, mut want) = fetch(&client, &format!("http://{}/generate", agg.addr), &body).await;
+        let (s2, mut got) = fetch(&client, &format!("http://{}/generate", pd.addr), &body).await;
+        let regenerated = body["sampling_params"]["n"].as_u64().unwrap_or(1) > 1;
+        for v in want.iter_mut().chain(got.iter_mut()) {
+            normalize(v, regenerated);
+            strip_ids(v);
+        }
+        want.sort_by_key(stream_index);
+        got.sort_by_key(stream_index);
+        assert_eq!((s1, &got), (s2, &want), "request {i}: {body}");
+    }
+}
