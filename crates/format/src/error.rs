@@ -48,7 +48,11 @@ pub enum GenerateError {
     /// all are paused or draining. 503 with `Retry-After`; machine-readable code
     /// `no_available_workers`.
     #[error("no available workers")]
-    NoEngine,
+    NoEngine {
+        /// The prefill/decode role (`"prefill"`, `"decode"`) that has no routable worker, named
+        /// in the message; `None` when no aggregated worker (nor pair) can take the request.
+        role: Option<&'static str>,
+    },
     /// The engine failed (see [`EngineError`] for which messages are public).
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -74,7 +78,9 @@ impl GenerateError {
             }
             GenerateError::NotFound { .. } => StatusCode::NOT_FOUND,
             GenerateError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            GenerateError::Overloaded | GenerateError::NoEngine => StatusCode::SERVICE_UNAVAILABLE,
+            GenerateError::Overloaded | GenerateError::NoEngine { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             GenerateError::Engine(e) => match e.kind {
                 ErrorKind::InvalidArgument | ErrorKind::Unsupported => e
                     .status_code
@@ -104,7 +110,7 @@ impl GenerateError {
             | GenerateError::Schema { .. }
             | GenerateError::NotFound { .. }
             | GenerateError::PayloadTooLarge { .. } => Fault::Client,
-            GenerateError::Overloaded | GenerateError::NoEngine => Fault::Engine,
+            GenerateError::Overloaded | GenerateError::NoEngine { .. } => Fault::Engine,
             GenerateError::Engine(e) => e.kind.fault(),
             GenerateError::Internal(_) => Fault::Frontend,
         }
@@ -118,7 +124,7 @@ impl GenerateError {
             GenerateError::NotFound { .. } => "not_found",
             GenerateError::PayloadTooLarge { .. } => "payload_too_large",
             GenerateError::Overloaded => "overloaded",
-            GenerateError::NoEngine => "no_available_workers",
+            GenerateError::NoEngine { .. } => "no_available_workers",
             GenerateError::Engine(e) => match e.kind {
                 ErrorKind::InvalidArgument => "engine_invalid_argument",
                 ErrorKind::Unsupported => "unsupported",
@@ -144,9 +150,12 @@ impl GenerateError {
             GenerateError::Overloaded => {
                 Cow::Borrowed("The server is at its concurrency limit. Please try again later.")
             }
-            GenerateError::NoEngine => Cow::Borrowed(
+            GenerateError::NoEngine { role: None } => Cow::Borrowed(
                 "No available workers: no engine can take this request now. Please try again later.",
             ),
+            GenerateError::NoEngine { role: Some(role) } => Cow::Owned(format!(
+                "No available {role} workers: a prefill/decode pair needs one and none can take this request now. Please try again later."
+            )),
             GenerateError::Engine(e) => match e.kind {
                 ErrorKind::InvalidArgument | ErrorKind::Unsupported => Cow::Borrowed(&e.message),
                 ErrorKind::Unavailable | ErrorKind::StreamIncomplete => {
@@ -165,7 +174,7 @@ impl GenerateError {
     /// (`default_secs`); an engine's 429/503 relays the engine's own `Retry-After` when it sent one.
     pub fn retry_after(&self, default_secs: u32) -> Option<u32> {
         match self {
-            GenerateError::Overloaded | GenerateError::NoEngine => Some(default_secs),
+            GenerateError::Overloaded | GenerateError::NoEngine { .. } => Some(default_secs),
             GenerateError::Engine(e) => match e.kind {
                 ErrorKind::Overloaded | ErrorKind::Unavailable => {
                     e.retry_after_secs

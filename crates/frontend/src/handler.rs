@@ -76,7 +76,7 @@ fn error(
     stream: bool,
     retry_after_default: u32,
 ) -> Response {
-    if err.status().is_server_error() && !matches!(err, GenerateError::NoEngine) {
+    if err.status().is_server_error() && !matches!(err, GenerateError::NoEngine { .. }) {
         tracing::warn!(format = format.name(), code = err.code(), error = %err, "request failed");
     } else {
         tracing::debug!(format = format.name(), code = err.code(), error = %err, "request rejected");
@@ -151,14 +151,8 @@ pub(crate) async fn generate(
     };
     // No worker can take it: say so at once (503 + Retry-After), before reading the body.
     if !state.router.ready_for(format.name()) {
-        state.router.count_refusal(format.name());
-        return reject(
-            &state,
-            &mut tracker,
-            &*format,
-            &GenerateError::NoEngine,
-            false,
-        );
+        let role = state.router.count_refusal(format.name());
+        return reject(&state, &mut tracker, &*format, &no_engine(role), false);
     }
     let body = match read_body(body, state.config.body_limit).await {
         Ok(b) => b,
@@ -169,7 +163,7 @@ pub(crate) async fn generate(
             &state,
             &mut tracker,
             &*format,
-            &GenerateError::NoEngine,
+            &GenerateError::NoEngine { role: None },
             false,
         );
     };
@@ -200,6 +194,15 @@ pub(crate) async fn generate(
         pd_merge: format.pd_merge(),
     };
     dispatch(state, format, prepared, ctx, permit, tracker).await
+}
+
+/// The 503 for a request no worker can take, naming the missing role when it is a P/D role.
+fn no_engine(role: genfront_router::Role) -> GenerateError {
+    let role = match role {
+        genfront_router::Role::Aggregated => None,
+        r => Some(r.label()),
+    };
+    GenerateError::NoEngine { role }
 }
 
 fn retry_after_secs(state: &AppState) -> u32 {
@@ -275,7 +278,7 @@ async fn dispatch(
                         ctx.pinned.as_deref().unwrap_or("")
                     ))
                 } else {
-                    GenerateError::NoEngine
+                    no_engine(no.role)
                 };
                 let resp = reject(&state, &mut tracker, &*format, &err, streaming);
                 return with_request_id(resp, client_id.as_deref());

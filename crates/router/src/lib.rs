@@ -628,8 +628,10 @@ impl Router {
     }
 
     /// Count a request refused before dispatch because no worker could take it (the frontend's
-    /// early check), so `genfront_router_no_worker_total` sees every refusal.
-    pub fn count_refusal(&self, format: &str) {
+    /// early check), so `genfront_router_no_worker_total` sees every refusal. Returns the role
+    /// that had no routable worker ([`Role::Prefill`] or [`Role::Decode`] when only a P/D pair
+    /// could take the request), for the refusal's message.
+    pub fn count_refusal(&self, format: &str) -> Role {
         let role = if self.has_pd() && self.candidates(Role::Aggregated, format, &[]).is_empty() {
             if self.candidates(Role::Prefill, format, &[]).is_empty() {
                 Role::Prefill
@@ -640,6 +642,7 @@ impl Router {
             Role::Aggregated
         };
         self.metrics.no_worker(role).inc();
+        role
     }
 
     /// Whether prefill and decode workers are configured at all.

@@ -30,7 +30,7 @@ fn is_value_error(error: &GenerateError) -> bool {
 fn retryable(error: &GenerateError) -> bool {
     match error {
         GenerateError::Engine(e) => e.kind.retryable(),
-        GenerateError::Overloaded | GenerateError::NoEngine => true,
+        GenerateError::Overloaded | GenerateError::NoEngine { .. } => true,
         _ => false,
     }
 }
@@ -88,7 +88,7 @@ pub(crate) fn error_response(error: &GenerateError, stream: bool) -> NativeRespo
     let kind = match error {
         GenerateError::Schema { .. } => "Bad Request".to_owned(),
         // genfront's own machine-readable code for "no worker can take this".
-        GenerateError::NoEngine => error.code().to_owned(),
+        GenerateError::NoEngine { .. } => error.code().to_owned(),
         _ => status.as_u16().to_string(),
     };
     NativeResponse::json(

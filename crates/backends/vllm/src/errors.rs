@@ -48,7 +48,7 @@ pub(crate) fn error_type(error: &GenerateError) -> &'static str {
         GenerateError::PayloadTooLarge { .. } => "Request Entity Too Large",
         GenerateError::Overloaded => "Service Unavailable",
         // genfront's own machine-readable code for "no worker can take this".
-        GenerateError::NoEngine => "no_available_workers",
+        GenerateError::NoEngine { .. } => "no_available_workers",
         GenerateError::Engine(_) => type_for_status(error.status()),
         GenerateError::Internal(_) => "InternalServerError",
     }

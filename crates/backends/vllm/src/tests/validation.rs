@@ -605,7 +605,7 @@ fn engine_side_errors_stream_inside_a_200() {
     let r = reject(&json!({"token_ids": [1], "stream": true, "sampling_params": {"n": 0}}));
     assert!(!r.stream);
     // Dispatch failures are never rendered as SSE.
-    let resp = VllmFormat::new().error_response(&GenerateError::NoEngine, true);
+    let resp = VllmFormat::new().error_response(&GenerateError::NoEngine { role: None }, true);
     assert_eq!(resp.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(resp.content_type, "application/json");
 }
