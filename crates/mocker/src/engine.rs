@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cache::PrefixCache;
 use crate::model::Model;
+use crate::rooms::RoomWaiter;
 use crate::run::Run;
 use crate::validate::validate;
 use crate::{FaultAction, MockConfig, MockConfigError, ScriptedFault};
@@ -32,6 +33,8 @@ pub(crate) struct Shared {
     pub(crate) cache: PrefixCache,
     pub(crate) counters: Counters,
     faults: Mutex<Vec<ScriptedFault>>,
+    /// Where a decode leg waits for its bootstrap room (`None`: the process registry).
+    pub(crate) room_waiter: Option<Arc<dyn RoomWaiter>>,
 }
 
 /// Request counters. Invariant: `started = running + completed + aborted + failed`, and
@@ -91,15 +94,28 @@ impl MockEngine {
     /// [`MockConfigError`] when `config` fails [`MockConfig::validate`].
     pub fn new(config: MockConfig) -> Result<Self, MockConfigError> {
         config.validate()?;
-        Ok(Self::build(config))
+        Ok(Self::build(config, None))
+    }
+
+    /// An engine for `config` whose decode legs learn their bootstrap room's state from
+    /// `waiter` instead of this process's registry (a prefill in another process).
+    ///
+    /// # Errors
+    /// [`MockConfigError`] when `config` fails [`MockConfig::validate`].
+    pub fn with_room_waiter(
+        config: MockConfig,
+        waiter: Arc<dyn RoomWaiter>,
+    ) -> Result<Self, MockConfigError> {
+        config.validate()?;
+        Ok(Self::build(config, Some(waiter)))
     }
 
     /// An engine with [`MockConfig::zero_delay`]: no timers, for benchmarks and tests.
     pub fn zero_delay() -> Self {
-        Self::build(MockConfig::zero_delay())
+        Self::build(MockConfig::zero_delay(), None)
     }
 
-    fn build(config: MockConfig) -> Self {
+    fn build(config: MockConfig, room_waiter: Option<Arc<dyn RoomWaiter>>) -> Self {
         let info = &config.info;
         // `validate` (run by `new`) guarantees a known vocabulary; an unknown logprob cap
         // leaves the candidate count as configured.
@@ -121,6 +137,7 @@ impl MockEngine {
                 cache,
                 counters: Counters::default(),
                 faults,
+                room_waiter,
             }),
         }
     }
@@ -222,7 +239,7 @@ impl MockEngine {
 impl Default for MockEngine {
     /// An engine with [`MockConfig::default`] (realistic timing).
     fn default() -> Self {
-        Self::build(MockConfig::default())
+        Self::build(MockConfig::default(), None)
     }
 }
 

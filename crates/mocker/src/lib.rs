@@ -67,7 +67,7 @@ mod engine;
 mod fault;
 mod hash;
 mod model;
-mod rooms;
+pub mod rooms;
 mod run;
 mod validate;
 
@@ -76,3 +76,4 @@ pub use engine::{MockEngine, MockStats};
 pub use fault::{
     DEFAULT_FAULT_MESSAGE, FaultAction, FaultTrigger, ParseFaultError, ScriptedFault, parse_kind,
 };
+pub use rooms::{RoomState, RoomWaiter};

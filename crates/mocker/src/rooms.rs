@@ -2,7 +2,8 @@
 //! a prefill publishes its room when it finishes; a decode for the same room waits for it.
 //!
 //! Process-wide (mock engines of one process share it), bounded: rooms nobody waits for are
-//! forgotten after [`ROOM_TTL`].
+//! forgotten after [`ROOM_TTL`]. A decode in another process learns a room's state from
+//! [`state`] (the native mock server exposes it over HTTP) through a [`RoomWaiter`].
 
 use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex};
@@ -15,7 +16,7 @@ pub const ROOM_TTL: Duration = Duration::from_secs(60);
 
 /// A room's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RoomState {
+pub enum RoomState {
     /// The prefill has not finished.
     Pending,
     /// The KV is ready.
@@ -42,6 +43,26 @@ fn with_room<T>(room: u64, f: impl FnOnce(&Room) -> T) -> T {
         created: now,
     });
     f(r)
+}
+
+/// Where a decode engine learns that its prefill's KV for a room is there: by default the
+/// process registry ([`MockEngine::new`](crate::MockEngine::new)); a decode whose prefill runs
+/// in another process is given one that asks it
+/// ([`MockEngine::with_room_waiter`](crate::MockEngine::with_room_waiter)).
+pub trait RoomWaiter: Send + Sync + std::fmt::Debug {
+    /// Resolve when the prefill of `room` ended: `Ready` (the KV is there) or `Failed` (it will
+    /// not come, including a timeout). Dropping the future stops waiting (cancellation).
+    fn wait(&self, room: u64) -> futures::future::BoxFuture<'static, RoomState>;
+}
+
+/// The state of `room` in this process's registry, without registering it: `Pending` for a room
+/// nobody published (yet).
+pub fn state(room: u64) -> RoomState {
+    ROOMS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&room)
+        .map_or(RoomState::Pending, |r| *r.tx.borrow())
 }
 
 /// The prefill of `room` ended with `state`.

@@ -171,10 +171,15 @@ impl Run {
             match std::mem::replace(&mut self.phase, Phase::Done) {
                 Phase::Start => self.start(),
                 Phase::WaitRoom(room) => {
+                    let wait: futures::future::BoxFuture<'static, RoomState> =
+                        match &self.shared.room_waiter {
+                            Some(waiter) => waiter.wait(room),
+                            None => Box::pin(rooms::wait(room)),
+                        };
                     let state = tokio::select! {
                         biased;
                         () = self.cancel.cancelled() => None,
-                        s = rooms::wait(room) => Some(s),
+                        s = wait => Some(s),
                     };
                     match state {
                         None => self.phase = Phase::Cancel,
