@@ -227,6 +227,7 @@ fn model_info(info: &EngineInfo) -> NativeResponse {
 #[derive(Debug, Clone, Default)]
 pub struct SglangFormat {
     incremental_streaming: bool,
+    engine_role: Option<genfront_protocol::PdRole>,
 }
 
 impl SglangFormat {
@@ -234,7 +235,19 @@ impl SglangFormat {
     pub fn new(settings: &FormatSettings) -> Self {
         Self {
             incremental_streaming: settings.incremental_streaming,
+            engine_role: None,
         }
+    }
+
+    /// Play an SGLang engine in a P/D role (`--disaggregation-mode prefill|decode`), as genfront's
+    /// native mock server does: `bootstrap_host` / `bootstrap_port` / `bootstrap_room` are then
+    /// accepted (the router in front sets them) and projected into
+    /// [`genfront_protocol::EngineRequest::pd`] with this role. `None` (the default, and always
+    /// for `genfront serve`): they are router-owned and a client setting one gets the 400.
+    #[must_use]
+    pub fn with_engine_role(mut self, role: Option<genfront_protocol::PdRole>) -> Self {
+        self.engine_role = role;
+        self
     }
 }
 
@@ -264,7 +277,7 @@ impl GenerateFormat for SglangFormat {
     /// [`SubRequest`] per engine request: batch items × `n`, batch-major, each with `sampling.n = 1`
     /// and its client-visible rid as the abort key (SGLang's abort matches rid prefixes).
     fn prepare(&self, input: ParseInput<'_>) -> Result<Prepared, Rejection> {
-        let req = request::parse(&input)?;
+        let req = request::parse(&input, self.engine_role.is_some())?;
         let mode = match (req.stream, self.incremental_streaming) {
             (false, _) => Mode::Unary,
             (true, false) => Mode::Cumulative,
@@ -272,8 +285,16 @@ impl GenerateFormat for SglangFormat {
         };
         let mut subs = Vec::with_capacity(req.items.len());
         let mut configs = Vec::with_capacity(req.items.len());
+        let mut bootstraps = req.bootstraps.into_iter();
         for item in req.items {
-            let (request, config) = item.project();
+            let (mut request, config) = item.project();
+            if let (Some(role), Some(Some(b))) = (self.engine_role, bootstraps.next()) {
+                request.pd = Some(genfront_protocol::PdLeg {
+                    role,
+                    bootstrap: Some(b),
+                    kv_transfer_params: None,
+                });
+            }
             subs.push(SubRequest {
                 abort_key: config.rid.clone(),
                 request,

@@ -7,6 +7,7 @@
 //! per-item checks ([`crate::item`]).
 
 use genfront_format::{GenerateError, ParseInput, Rejection};
+use genfront_protocol::Bootstrap;
 use serde_json::Value;
 
 use crate::item::{self, Item, ItemSpec};
@@ -29,6 +30,9 @@ pub(crate) struct GenerateRequest {
     pub client_id: Option<String>,
     /// The engine requests.
     pub items: Vec<Item>,
+    /// Engine side only (a mock engine server in a P/D role): each item's bootstrap
+    /// coordinates, as the client (genfront's router) sent them; empty otherwise.
+    pub bootstraps: Vec<Option<Bootstrap>>,
 }
 
 /// Which input decides the batch shape (SGLang: `text` > `input_ids` > `input_embeds`).
@@ -75,8 +79,13 @@ pub(crate) struct Fields<'a> {
     pub max_thinking_tokens: Option<i128>,
 }
 
-/// Phase *parse/validate*: the whole of SGLang's request handling up to dispatch.
-pub(crate) fn parse(input: &ParseInput<'_>) -> Result<GenerateRequest, Rejection> {
+/// Phase *parse/validate*: the whole of SGLang's request handling up to dispatch. With
+/// `engine_side` (the format plays a P/D engine) the bootstrap triple is accepted and read into
+/// [`GenerateRequest::bootstraps`] instead of refused.
+pub(crate) fn parse(
+    input: &ParseInput<'_>,
+    engine_side: bool,
+) -> Result<GenerateRequest, Rejection> {
     let value: Value = serde_json::from_slice(input.body).map_err(|e| {
         Rejection::from(GenerateError::Schema {
             message: format!("JSON decode error: {e}"),
@@ -101,7 +110,7 @@ pub(crate) fn parse(input: &ParseInput<'_>) -> Result<GenerateRequest, Rejection
     let stream = req_bool(&obj, "stream", false)?;
     let reject = |error: GenerateError| Rejection { error, stream };
     let fields = Fields::read(&obj).map_err(reject)?;
-    check_other_types(&obj).map_err(reject)?;
+    check_other_types(&obj, engine_side).map_err(reject)?;
     let client_id = match &fields.rid {
         Some(OneOrList::One(rid)) => Some((*rid).to_owned()),
         _ => input
@@ -119,12 +128,18 @@ pub(crate) fn parse(input: &ParseInput<'_>) -> Result<GenerateRequest, Rejection
         .and_then(|v| v.trim().parse::<u32>().ok());
     let (is_single, specs) = normalize(&fields, input).map_err(reject)?;
     drop(fields);
+    let bootstraps = if engine_side {
+        bootstraps(&obj, &specs).map_err(reject)?
+    } else {
+        Vec::new()
+    };
     let items = item::build(obj, is_single, specs, header_dp_rank);
     Ok(GenerateRequest {
         stream,
         is_single,
         client_id,
         items,
+        bootstraps,
     })
 }
 
@@ -209,10 +224,10 @@ const ROUTER_OWNED_KEYS: &[&str] = &["bootstrap_host", "bootstrap_port", "bootst
 /// Type checks (pydantic) of fields genfront does not otherwise use, and the router-owned
 /// fields: a value other than `null` (SGLang's default), or a per-item list holding one, is
 /// refused with `{field} is set by the router; clients must not set it.`
-fn check_other_types(obj: &Obj) -> Result<(), GenerateError> {
+fn check_other_types(obj: &Obj, engine_side: bool) -> Result<(), GenerateError> {
     req_bool(obj, "return_text_in_logprobs", false)?;
     req_bool(obj, "log_metrics", true)?;
-    for key in ROUTER_OWNED_KEYS {
+    for key in ROUTER_OWNED_KEYS.iter().filter(|_| !engine_side) {
         let set = match obj.get(*key) {
             None | Some(Value::Null) => false,
             Some(Value::Array(items)) => items.iter().any(|v| !v.is_null()),
@@ -226,6 +241,55 @@ fn check_other_types(obj: &Obj) -> Result<(), GenerateError> {
     }
     opt_int(obj, "disagg_prefill_dp_rank")?;
     Ok(())
+}
+
+/// The bootstrap coordinates of each engine request, as an SGLang P/D engine reads them: per
+/// prompt a scalar or the prompt's entry of a list (`bootstrap_host`, `bootstrap_port`,
+/// `bootstrap_room`); a scalar room is offset by the engine request's flat index (batch-major,
+/// as genfront's client numbers split samples), a listed room by the sample index within its
+/// prompt. An item without a room has none (a P/D engine refuses it).
+fn bootstraps(obj: &Obj, specs: &[ItemSpec]) -> Result<Vec<Option<Bootstrap>>, GenerateError> {
+    fn at(obj: &Obj, key: &str, b: usize) -> (Option<Value>, bool) {
+        match obj.get(key) {
+            None | Some(Value::Null) => (None, false),
+            Some(Value::Array(items)) => (items.get(b).filter(|v| !v.is_null()).cloned(), true),
+            Some(v) => (Some(v.clone()), false),
+        }
+    }
+    let mut out = Vec::with_capacity(specs.len());
+    let mut prev_b = None;
+    let mut sample = 0u64;
+    for (flat, spec) in specs.iter().enumerate() {
+        let b = spec.b;
+        sample = if prev_b == Some(b) { sample + 1 } else { 0 };
+        prev_b = Some(b);
+        let (room, listed) = at(obj, "bootstrap_room", b);
+        let Some(room) = room else {
+            out.push(None);
+            continue;
+        };
+        let room = json::int_of(&room, "body.bootstrap_room")?;
+        let room = u64::try_from(room)
+            .map_err(|_| json::type_error("body.bootstrap_room", "a non-negative integer"))?;
+        let offset = if listed { sample } else { flat as u64 };
+        let host = match at(obj, "bootstrap_host", b).0 {
+            Some(v) => json::str_of(&v, "body.bootstrap_host")?.to_owned(),
+            None => String::new(),
+        };
+        let port = match at(obj, "bootstrap_port", b).0 {
+            Some(v) => Some(
+                u16::try_from(json::int_of(&v, "body.bootstrap_port")?)
+                    .map_err(|_| json::type_error("body.bootstrap_port", "a valid port"))?,
+            ),
+            None => None,
+        };
+        out.push(Some(Bootstrap {
+            host,
+            port,
+            room: room.wrapping_add(offset) & (i64::MAX as u64),
+        }));
+    }
+    Ok(out)
 }
 
 /// `return_hidden_states` (`bool`, a mode string, or a per-item list): whether any item asks for

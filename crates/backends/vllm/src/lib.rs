@@ -212,6 +212,7 @@ impl VllmFormat {
             loras: Vec::new(),
             flags: project::ServerFlags {
                 prompt_tokens_details: false,
+                engine_role: None,
             },
         }
     }
@@ -221,6 +222,18 @@ impl VllmFormat {
     #[must_use]
     pub fn with_prompt_tokens_details(mut self, on: bool) -> Self {
         self.flags.prompt_tokens_details = on;
+        self
+    }
+
+    /// Play a vLLM engine in a P/D role (a KV producer or consumer), as genfront's native mock
+    /// server does: a request's `kv_transfer_params` (top level, or under
+    /// `sampling_params.extra_args`) with `do_remote_decode: true` (prefill) or
+    /// `do_remote_prefill: true` (decode) become [`genfront_protocol::EngineRequest::pd`] with
+    /// this role. `None` (the default, and always for `genfront serve`): they pass through as the
+    /// client's opaque hand-off.
+    #[must_use]
+    pub fn with_engine_role(mut self, role: Option<genfront_protocol::PdRole>) -> Self {
+        self.flags.engine_role = role;
         self
     }
 

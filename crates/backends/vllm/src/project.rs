@@ -2,8 +2,8 @@
 //! response settings its assembler needs.
 
 use genfront_protocol::{
-    EngineInfo, EngineRequest, NativeBody, OutputOptions, PromptLogprobOptions, RoutingHints,
-    SamplingOptions, StopConditions,
+    EngineInfo, EngineRequest, NativeBody, OutputOptions, PdLeg, PdRole, PromptLogprobOptions,
+    RoutingHints, SamplingOptions, StopConditions,
 };
 use http::HeaderMap;
 use serde_json::{Map, Value};
@@ -71,6 +71,34 @@ fn seed(x: PyInt) -> u64 {
 pub(crate) struct ServerFlags {
     /// `--enable-prompt-tokens-details`.
     pub prompt_tokens_details: bool,
+    /// The P/D role this format plays as an engine (`--kv-transfer-config` with a producer or
+    /// consumer role; genfront's mock server only): a request's `kv_transfer_params` then
+    /// become [`EngineRequest::pd`] instead of an opaque hand-off.
+    pub engine_role: Option<PdRole>,
+}
+
+/// A P/D engine's reading of a request's `kv_transfer_params` (top level, else under
+/// `sampling_params.extra_args`): a prefill engine's leg when they ask `do_remote_decode`, a
+/// decode engine's when they say `do_remote_prefill`; otherwise none (the engine refuses).
+fn engine_leg(map: &Map<String, Value>, role: PdRole) -> Option<PdLeg> {
+    let kv = map
+        .get("kv_transfer_params")
+        .filter(|v| v.is_object())
+        .or_else(|| {
+            map.get("sampling_params")?
+                .get("extra_args")?
+                .get("kv_transfer_params")
+                .filter(|v| v.is_object())
+        })?;
+    let flag = match role {
+        PdRole::Prefill => "do_remote_decode",
+        PdRole::Decode => "do_remote_prefill",
+    };
+    (kv.get(flag) == Some(&Value::Bool(true))).then(|| PdLeg {
+        role,
+        bootstrap: None,
+        kv_transfer_params: Some(kv.clone()),
+    })
 }
 
 /// Build the engine request and the response settings. `map` (the whole client body) becomes
@@ -106,10 +134,14 @@ pub(crate) fn project(
             stop_token_ids.push(id);
         }
     }
-    let handoff = map
-        .get("kv_transfer_params")
-        .filter(|v| !v.is_null())
-        .cloned();
+    let pd = flags.engine_role.and_then(|role| engine_leg(&map, role));
+    let handoff = match flags.engine_role {
+        Some(_) => None,
+        None => map
+            .get("kv_transfer_params")
+            .filter(|v| !v.is_null())
+            .cloned(),
+    };
     let return_token_ids = r.return_token_ids.then(|| {
         let placeholders = map
             .get("features")
@@ -166,7 +198,7 @@ pub(crate) fn project(
             lora: resolved.lora,
         },
         handoff,
-        pd: None,
+        pd,
         native: NativeBody {
             format: FORMAT_NAME.to_owned(),
             body: Value::Object(map),
