@@ -1,11 +1,13 @@
 //! [`MockServerArgs`]: the `genfront mocker` flags, one typed tree, every flag with an env name.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
 
 use clap::builder::BoolishValueParser;
 use clap::{Args, Parser, ValueEnum};
 use genfront_format::CatalogEntry;
 use genfront_mocker::{MockConfig, ScriptedFault};
+use genfront_protocol::PdRole;
 
 use crate::fault::{HttpFault, MockFault};
 
@@ -21,6 +23,59 @@ pub const DEFAULT_EOS_PROBABILITY: f64 = 0.01;
 pub const DEFAULT_PREFIX_CACHE_BLOCK_SIZE: u32 = 16;
 /// Default served model name.
 pub const DEFAULT_MODEL: &str = "genfront-mock";
+/// How long a decode mock waits for its prefill's KV before it fails the request
+/// (`--kv-timeout`).
+pub const DEFAULT_KV_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Which side of a prefill/decode pair the mock engine plays (`--role`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum MockRole {
+    /// Aggregated: one engine runs the whole request (P/D hand-off fields are refused by SGLang
+    /// and passed through by vLLM, as on `genfront serve`).
+    #[default]
+    Agg,
+    /// Prefill (SGLang `--disaggregation-mode prefill`, a vLLM KV producer): needs
+    /// `bootstrap_room` or `kv_transfer_params` with `do_remote_decode`; answers prompt logprobs
+    /// and one token, then releases the room or returns `kv_transfer_params`.
+    Prefill,
+    /// Decode (SGLang `--disaggregation-mode decode`, a vLLM KV consumer): needs `bootstrap_room`
+    /// or `kv_transfer_params` with `do_remote_prefill` (native 400 otherwise) and waits for its
+    /// prefill's room.
+    Decode,
+}
+
+impl MockRole {
+    /// The engine contract's role (`None` for aggregated).
+    pub fn pd_role(self) -> Option<PdRole> {
+        match self {
+            MockRole::Agg => None,
+            MockRole::Prefill => Some(PdRole::Prefill),
+            MockRole::Decode => Some(PdRole::Decode),
+        }
+    }
+}
+
+/// A duration like `500ms`, `30s` (a bare number is seconds) or `2m`.
+///
+/// # Errors
+/// A message for a value that is not such a duration.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 500ms, 30s or 2m"))?;
+    let scale = match unit.trim() {
+        "" | "s" => 1.0,
+        "ms" => 1e-3,
+        "m" => 60.0,
+        other => return Err(format!("unknown duration unit {other:?} (use ms, s or m)")),
+    };
+    Duration::try_from_secs_f64(value * scale).map_err(|e| format!("{s:?}: {e}"))
+}
 
 /// Which engine's native API the mock server speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -140,6 +195,20 @@ pub struct MockServerArgs {
     #[arg(long, env = "GENFRONT_MOCKER_PREFIX_CACHE_BLOCK_SIZE", default_value_t = DEFAULT_PREFIX_CACHE_BLOCK_SIZE, help_heading = "Model")]
     pub prefix_cache_block_size: u32,
 
+    /// P/D role of the engine: `agg` (whole requests), `prefill` or `decode` (SGLang bootstrap
+    /// rooms or vLLM `kv_transfer_params`, as genfront's router sends them).
+    #[arg(long, env = "GENFRONT_MOCKER_ROLE", value_enum, default_value_t = MockRole::Agg, help_heading = "P/D")]
+    pub role: MockRole,
+    /// Decode role, SGLang bootstrap style: the prefill mock server (`http://HOST:PORT`) to ask
+    /// whether a room's KV is ready (its `GET /_mock/room/{room}`, polled every few ms). Without
+    /// it, the room is looked up in this process (in-process mock pairs).
+    #[arg(long, env = "GENFRONT_MOCKER_PREFILL_PEER", help_heading = "P/D")]
+    pub prefill_peer: Option<String>,
+    /// Decode role: how long to wait for the prefill's KV before the request fails (as SGLang's
+    /// decode fails a transfer that never completes).
+    #[arg(long, env = "GENFRONT_MOCKER_KV_TIMEOUT", default_value = "30s", value_parser = parse_duration, help_heading = "P/D")]
+    pub kv_timeout: Duration,
+
     /// Scripted fault (repeatable; env: comma-separated). Engine faults: `error@K:KIND[:MSG]`,
     /// `fail-after@K:N[:KIND[:MSG]]`, `stall@K:N`, `finish-error@K:N[:MSG]` (K counts engine
     /// requests). HTTP faults: `http-status@K:STATUS[:MSG]`, `drop@K:N`, `malformed@K:N`,
@@ -187,6 +256,9 @@ impl MockServerArgs {
             enable_prompt_tokens_details: false,
             eos_probability: DEFAULT_EOS_PROBABILITY,
             prefix_cache_block_size: DEFAULT_PREFIX_CACHE_BLOCK_SIZE,
+            role: MockRole::Agg,
+            prefill_peer: None,
+            kv_timeout: DEFAULT_KV_TIMEOUT,
             faults: Vec::new(),
         }
     }
@@ -253,6 +325,7 @@ impl MockServerArgs {
         cfg.eos_probability = self.eos_probability;
         cfg.prefix_cache.block_size = self.prefix_cache_block_size;
         cfg.faults = self.engine_faults();
+        cfg.role = self.role.pd_role();
         if self.api == Api::Sglang {
             cfg.info.server_info = Some(crate::info::server_info(self, &cfg.info));
         }
@@ -310,6 +383,22 @@ mod tests {
             (cfg.info.model.as_str(), cfg.info.max_context_len),
             ("m", 64)
         );
+        assert_eq!((a.role, a.kv_timeout), (MockRole::Agg, DEFAULT_KV_TIMEOUT));
+        assert_eq!(cfg.role, None);
+        let d = MockServerArgs::try_parse_from([
+            "mocker",
+            "--role",
+            "decode",
+            "--prefill-peer",
+            "http://127.0.0.1:30001",
+            "--kv-timeout",
+            "250ms",
+        ])
+        .expect("parses");
+        assert_eq!(d.mock_config().role, Some(PdRole::Decode));
+        assert_eq!(d.prefill_peer.as_deref(), Some("http://127.0.0.1:30001"));
+        assert_eq!(d.kv_timeout, Duration::from_millis(250));
+        assert!(MockServerArgs::try_parse_from(["mocker", "--role", "both"]).is_err());
         assert!(MockServerArgs::try_parse_from(["mocker", "--fault", "explode@1"]).is_err());
         assert!(MockServerArgs::try_parse_from(["mocker", "--api", "trt"]).is_err());
     }

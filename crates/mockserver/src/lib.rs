@@ -14,6 +14,10 @@
 //!   response, never by forking the handler (see [`fault`] for the syntax and the wire result);
 //! - an [`AbortLog`] of every native abort call received, so tests can assert that a client told
 //!   the engine to abort rid X;
+//! - **P/D roles** (`--role prefill|decode`): the format plays the engine's side of the
+//!   hand-off (accepts SGLang's bootstrap triple, reads vLLM's `kv_transfer_params` into
+//!   `EngineRequest::pd`); a prefill server answers `GET /_mock/room/{room}` (`pending`, `ready`,
+//!   `failed`) and a decode server with `--prefill-peer URL` polls it for its rooms (`peer.rs`);
 //! - [`spawn`]: a server on `127.0.0.1:0` for tests, keeping the [`MockEngine`] handle
 //!   (`running()`, `aborted()`, `completed()`).
 //!
@@ -43,14 +47,16 @@ mod args;
 pub mod fault;
 mod info;
 mod inject;
+mod peer;
 mod server;
 
 pub use aborts::{AbortLog, AbortRecord};
 pub use args::{
-    Api, DEFAULT_CONTEXT_LEN, DEFAULT_EOS_TOKEN_ID, DEFAULT_MODEL, DEFAULT_VOCAB_SIZE,
-    MockServerArgs,
+    Api, DEFAULT_CONTEXT_LEN, DEFAULT_EOS_TOKEN_ID, DEFAULT_KV_TIMEOUT, DEFAULT_MODEL,
+    DEFAULT_VOCAB_SIZE, MockRole, MockServerArgs, parse_duration,
 };
 pub use fault::{HttpAction, HttpFault, MockFault, ParseMockFaultError};
 pub use info::VERSION;
 pub use inject::MOCK_RETRY_AFTER;
+pub use peer::{POLL_INTERVAL, ROOM_PATH};
 pub use server::{BuildError, MockServer, SpawnedMockServer, build, serve, spawn, spawn_on};

@@ -18,9 +18,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::aborts::AbortLog;
-use crate::args::{Api, MockServerArgs};
+use crate::args::{Api, MockRole, MockServerArgs};
 use crate::fault::{HttpAction, HttpFault};
 use crate::inject::{self, Injector};
+use crate::peer::{self, PeerRooms};
 
 /// Why a [`MockServer`] cannot be built from its flags.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -39,8 +40,9 @@ pub enum BuildError {
 /// Routes: the format's generate, abort and auxiliary routes (SGLang: `POST`/`PUT /generate`,
 /// `POST /abort_request`, `GET /health_generate`, `/get_model_info`, `/model_info`; vLLM:
 /// `POST /inference/v1/generate`, `POST /inference/v1/abort_requests`, `GET /v1/models`), SGLang's
-/// `GET /get_server_info` and `/server_info`, and the frontend's `GET /health` (200, empty),
-/// `/ready` and `/metrics`.
+/// `GET /get_server_info` and `/server_info`, the frontend's `GET /health` (200, empty),
+/// `/ready` and `/metrics`, and the test-control `GET /_mock/room/{room}` (this process's
+/// bootstrap-room state: `pending`, `ready` or `failed`).
 #[derive(Debug)]
 pub struct MockServer {
     /// The engine behind the server; its counters (`running()`, `aborted()`, `completed()`, …)
@@ -67,7 +69,13 @@ pub fn build(args: &MockServerArgs) -> Result<MockServer, BuildError> {
     {
         return Err(BuildError::AbortStatusNeedsSglang(f.to_string()));
     }
-    let engine = Arc::new(MockEngine::new(args.mock_config())?);
+    let engine = Arc::new(match (&args.prefill_peer, args.role) {
+        (Some(peer), MockRole::Decode) => MockEngine::with_room_waiter(
+            args.mock_config(),
+            Arc::new(PeerRooms::new(peer, args.kv_timeout)),
+        )?,
+        _ => MockEngine::new(args.mock_config())?,
+    });
     Ok(MockServer::over(args, engine, http_faults))
 }
 
@@ -75,15 +83,22 @@ impl MockServer {
     fn over(args: &MockServerArgs, engine: Arc<MockEngine>, faults: Vec<HttpFault>) -> Self {
         let api = args.api;
         let entry = api.catalog_entry();
+        // In a P/D role the format plays the engine's side of the hand-off (genfront serve's
+        // formats refuse or pass through what the router owns).
+        let role = args.role.pd_role();
         let format: Arc<dyn GenerateFormat> = match api {
             // vLLM's `--enable-prompt-tokens-details` is a server flag of the format.
             Api::Vllm => Arc::new(
                 genfront_vllm::VllmFormat::new()
-                    .with_prompt_tokens_details(args.enable_prompt_tokens_details),
+                    .with_prompt_tokens_details(args.enable_prompt_tokens_details)
+                    .with_engine_role(role),
             ),
-            Api::Sglang => (entry.build)(&FormatSettings {
-                incremental_streaming: args.incremental_streaming,
-            }),
+            Api::Sglang => Arc::new(
+                genfront_sglang::SglangFormat::new(&FormatSettings {
+                    incremental_streaming: args.incremental_streaming,
+                })
+                .with_engine_role(role),
+            ),
         };
         let route = Route {
             path: entry.native_path.to_owned(),
@@ -124,9 +139,12 @@ impl MockServer {
         });
         // SGLang's `/server_info` is one of the format's auxiliary routes: it relays the mock
         // engine's `EngineInfo::server_info` (built by `MockServerArgs::mock_config`).
-        let router = genfront_frontend::app(state.clone(), &[route]).layer(
-            axum::middleware::from_fn_with_state(injector.clone(), inject::layer),
-        );
+        let router = genfront_frontend::app(state.clone(), &[route])
+            .route(peer::ROOM_PATH, axum::routing::get(peer::room_route))
+            .layer(axum::middleware::from_fn_with_state(
+                injector.clone(),
+                inject::layer,
+            ));
         Self {
             engine,
             state,
