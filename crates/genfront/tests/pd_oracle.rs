@@ -24,7 +24,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 /// Randomized requests compared per format.
-const REQUESTS_PER_FORMAT: usize = 200;
+const REQUESTS_PER_FORMAT: usize = 1000;
 
 /// genfront serving in-process on an ephemeral loopback port; stops when dropped.
 struct Genfront {
