@@ -88,6 +88,12 @@ pub struct WorkerFacts {
     /// SGLang prefill worker: its `--disaggregation-bootstrap-port` (key `bootstrap`); default:
     /// from its server info, else 8998.
     pub bootstrap_port: Option<u16>,
+    /// vLLM: the server loads a tokenizer (key `tokenizer`; vLLM does not report it). Unknown:
+    /// text features are left to the engine.
+    pub tokenizer: Option<bool>,
+    /// vLLM P/D: also send `kv_transfer_params` under `sampling_params.extra_args` (key
+    /// `nest_kv_transfer_params`), for builds that ignore the top-level field.
+    pub nest_kv_transfer_params: Option<bool>,
 }
 
 impl WorkerFacts {
@@ -138,6 +144,8 @@ impl WorkerFacts {
                 "incremental_streaming" => facts.incremental_streaming = Some(boolean()?),
                 "routed_experts" => facts.routed_experts = Some(boolean()?),
                 "sampling_mask" => facts.sampling_mask = Some(boolean()?),
+                "tokenizer" => facts.tokenizer = Some(boolean()?),
+                "nest_kv_transfer_params" => facts.nest_kv_transfer_params = Some(boolean()?),
                 "bootstrap" | "bootstrap_port" => {
                     facts.bootstrap_port =
                         Some(value.parse::<u16>().map_err(|_| {
@@ -146,7 +154,7 @@ impl WorkerFacts {
                 }
                 _ => {
                     return Err(format!(
-                        "unknown worker fact `{key}` (known: vocab_size, context_len, max_logprobs, max_num_seqs, eos_token_ids, model, incremental_streaming, routed_experts, sampling_mask, bootstrap)"
+                        "unknown worker fact `{key}` (known: vocab_size, context_len, max_logprobs, max_num_seqs, eos_token_ids, model, incremental_streaming, routed_experts, sampling_mask, bootstrap, tokenizer, nest_kv_transfer_params)"
                     ));
                 }
             }
@@ -189,6 +197,10 @@ impl WorkerFacts {
         if let Some(m) = self.sampling_mask {
             o.sampling_mask = m;
         }
+        o.tokenizer = self.tokenizer;
+        if let Some(n) = self.nest_kv_transfer_params {
+            o.nest_kv_transfer_params = n;
+        }
         o
     }
 }
@@ -214,6 +226,14 @@ impl fmt::Display for WorkerFacts {
         }
         if let Some(p) = self.bootstrap_port {
             pairs.push(format!("bootstrap={p}"));
+        }
+        for (k, v) in [
+            ("tokenizer", self.tokenizer),
+            ("nest_kv_transfer_params", self.nest_kv_transfer_params),
+        ] {
+            if let Some(v) = v {
+                pairs.push(format!("{k}={v}"));
+            }
         }
         for (k, v) in [
             ("incremental_streaming", self.incremental_streaming),
