@@ -311,7 +311,13 @@ async fn dispatch(
     let outputs = stream::select_all(streams);
 
     if streaming {
-        let body = SseBody::new(outputs, assembler, format, guard);
+        // Wait for the first output (or the end) before sending the headers, so
+        // `x-genfront-worker` names the worker that serves it: a retry before the first token may
+        // have moved the request. The client gets nothing earlier than that anyway.
+        let mut outputs = outputs;
+        let first = outputs.next().await;
+        let worker_header = answered_header(&served).or(worker_header);
+        let body = SseBody::new(outputs, Some(first), assembler, format, guard);
         let mut resp = Response::new(Body::from_stream(body));
         let h = resp.headers_mut();
         h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
@@ -346,8 +352,17 @@ async fn dispatch(
     };
     drop(guard);
     // Unary: name the workers that actually answered (after any retry).
+    let worker_header = answered_header(&served).or(worker_header);
+    with_worker(with_request_id(resp, client_id.as_deref()), worker_header)
+}
+
+/// `x-genfront-worker` naming the workers serving each sub-request now (after retries), each
+/// once, a P/D pair as `prefill+decode`.
+fn answered_header(
+    served: &[(Option<genfront_router::WorkerId>, genfront_router::ServedBy)],
+) -> Option<HeaderValue> {
     let mut answered: Vec<String> = Vec::new();
-    for (prefill, by) in &served {
+    for (prefill, by) in served {
         let w = match prefill {
             Some(p) => format!("{p}+{}", by.get()),
             None => by.get().to_string(),
@@ -356,10 +371,7 @@ async fn dispatch(
             answered.push(w);
         }
     }
-    let worker_header = HeaderValue::from_str(&answered.join(","))
-        .ok()
-        .or(worker_header);
-    with_worker(with_request_id(resp, client_id.as_deref()), worker_header)
+    HeaderValue::from_str(&answered.join(",")).ok()
 }
 
 fn with_worker(mut resp: Response, worker: Option<HeaderValue>) -> Response {

@@ -24,6 +24,9 @@ const COALESCE_BYTES: usize = 64 * 1024;
 /// streams and the [`RequestGuard`], which aborts the engine work.
 pub(crate) struct SseBody {
     outputs: SelectAll<BoxStream<'static, Tagged>>,
+    /// An output already taken from `outputs` (the handler waits for it before the headers);
+    /// `Some(None)`: `outputs` had already ended.
+    first: Option<Option<Tagged>>,
     assembler: Box<dyn Assembler>,
     format: Arc<dyn GenerateFormat>,
     events: Vec<Bytes>,
@@ -34,12 +37,14 @@ pub(crate) struct SseBody {
 impl SseBody {
     pub(crate) fn new(
         outputs: SelectAll<BoxStream<'static, Tagged>>,
+        first: Option<Option<Tagged>>,
         assembler: Box<dyn Assembler>,
         format: Arc<dyn GenerateFormat>,
         guard: RequestGuard,
     ) -> Self {
         Self {
             outputs,
+            first,
             assembler,
             format,
             events: Vec::new(),
@@ -87,7 +92,11 @@ impl Stream for SseBody {
             }
             // Events of outputs that were already ready are coalesced into one body chunk (one
             // write to the client instead of one per token); nothing waits for more to arrive.
-            let polled = match this.outputs.poll_next_unpin(cx) {
+            let polled = match this.first.take() {
+                Some(item) => Poll::Ready(item),
+                None => this.outputs.poll_next_unpin(cx),
+            };
+            let polled = match polled {
                 Poll::Ready(item) => item,
                 Poll::Pending if this.events.is_empty() => return Poll::Pending,
                 Poll::Pending => return Poll::Ready(Some(Ok(this.frame(false)))),

@@ -255,6 +255,15 @@ async fn connect_failures_open_the_breaker_and_half_open_recovers_it() {
             "the header names the worker that answered, not the one that failed"
         );
     }
+    // A stream, too, names the worker that serves it (the headers wait for the first output).
+    let r = client
+        .post(format!("{url}/generate"))
+        .json(&sglang_body(2, true))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(r.headers()["x-genfront-worker"], "sglang-0");
+    let _ = r.text().await;
     let text = metrics(&client, &url).await;
     assert_eq!(
         metric(
