@@ -243,7 +243,12 @@ fn covers_whole_sequence(prefill_len: usize, decode_len: usize, usage: Option<&U
     if prompt == 0 || prefill_len == 0 {
         return false;
     }
-    let whole = prompt + completion - 1;
+    // With no output token (`max_new_tokens: 0`) a worker reports the prompt's rows only.
+    let whole = if completion == 0 {
+        prompt
+    } else {
+        prompt + completion - 1
+    };
     [prompt, prompt - 1]
         .into_iter()
         .filter(|&k| k > 0 && prefill_len.is_multiple_of(k))

@@ -272,10 +272,14 @@ async fn dispatch(
                 // A pin to a worker that does not exist is the client's mistake: a retry cannot
                 // help. Otherwise 503. Dropping `streams` aborts the sub-requests already
                 // dispatched.
+                let pinned = ctx.pinned.as_deref().unwrap_or("");
                 let err = if no.reason == "unknown_worker" {
                     GenerateError::validation(format!(
-                        "x-genfront-worker names no worker of this server: {}",
-                        ctx.pinned.as_deref().unwrap_or("")
+                        "x-genfront-worker names no worker of this server: {pinned}"
+                    ))
+                } else if no.reason == "pinned_role_mismatch" {
+                    GenerateError::validation(format!(
+                        "x-genfront-worker: {pinned} does not name a worker of that role; pin an aggregated worker by its id, a prefill/decode pair as PREFILL+DECODE"
                     ))
                 } else {
                     no_engine(no.role)

@@ -267,6 +267,22 @@ async fn pd_metrics_and_trace_records_name_both_workers() {
         "prefill-mock-0+decode-mock-0"
     );
     let _ = r.text().await;
+    // The pair can be pinned by the name the answer gives it; one half alone is a 400.
+    for (pin, want) in [
+        ("prefill-mock-0+decode-mock-0", 200),
+        ("decode-mock-0", 400),
+        ("prefill-mock-0+nope", 400),
+    ] {
+        let r = client
+            .post(format!("http://{}/generate", pd.addr))
+            .header("x-genfront-worker", pin)
+            .json(&json!({"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}}))
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(r.status().as_u16(), want, "pin {pin}");
+        let _ = r.text().await;
+    }
     let metrics = client
         .get(format!("http://{}/metrics", pd.addr))
         .send()
@@ -276,8 +292,8 @@ async fn pd_metrics_and_trace_records_name_both_workers() {
         .await
         .expect("text");
     for family in [
-        "genfront_pd_prefill_seconds_count 1",
-        "genfront_pd_decode_ttft_seconds_count 1",
+        "genfront_pd_prefill_seconds_count 2",
+        "genfront_pd_decode_ttft_seconds_count 2",
         "genfront_pd_failures_total{leg=\"prefill\"} 0",
     ] {
         assert!(metrics.contains(family), "{family} in\n{metrics}");

@@ -200,7 +200,9 @@ impl WorkerSpec {
 pub struct NoWorker {
     /// The role that had no routable worker.
     pub role: Role,
-    /// `no_routable_worker`, `pinned_worker_unavailable` or `unknown_worker`.
+    /// `no_routable_worker`, `pinned_worker_unavailable`, `unknown_worker` or
+    /// `pinned_role_mismatch` (a prefill or decode worker pinned alone, or an aggregated one as
+    /// half of a pair).
     pub reason: &'static str,
 }
 
@@ -541,7 +543,13 @@ impl Router {
         exclude: &[WorkerId],
     ) -> Result<Arc<Worker>, NoWorker> {
         let now = Instant::now();
-        if let Some(pin) = ctx.pinned.as_deref() {
+        if let Some(raw) = ctx.pinned.as_deref() {
+            // A P/D pair is pinned as `PREFILL+DECODE` (the form the answers name it by).
+            let pin = match (raw.split_once('+'), role) {
+                (Some((p, _)), Role::Prefill) => p,
+                (Some((_, d)), Role::Decode) => d,
+                _ => raw,
+            };
             let Some(w) = self.worker(pin) else {
                 self.metrics.no_worker(role).inc();
                 return Err(NoWorker {
@@ -549,6 +557,12 @@ impl Router {
                     reason: "unknown_worker",
                 });
             };
+            if w.role() != role {
+                return Err(NoWorker {
+                    role,
+                    reason: "pinned_role_mismatch",
+                });
+            }
             if w.role() == role && !exclude.contains(w.id()) && w.routable(now) && w.admit(now) {
                 w.handles.selections.inc();
                 return Ok(w);
@@ -656,7 +670,10 @@ impl Router {
     /// refused by name, never served decode-only). With both kinds: P/D when a pair is routable
     /// and its decode side is no busier than the least loaded aggregated worker.
     fn use_pd(&self, ctx: &RouteContext) -> bool {
-        if ctx.pinned.is_some() || !self.has_pd() {
+        if let Some(pin) = &ctx.pinned {
+            return pin.contains('+');
+        }
+        if !self.has_pd() {
             return false;
         }
         let has_agg = {
