@@ -255,11 +255,26 @@ fn covers_whole_sequence(prefill_len: usize, decode_len: usize, usage: Option<&U
         .any(|k| decode_len == prefill_len / k * whole)
 }
 
+/// Without usage counts to go by (vLLM unary items carry none), a decode blob at least as long as
+/// the prefill's whose first `prefill_len` units are all zero is the whole sequence with the prompt
+/// part it never computed zero-filled (what vLLM decode legs report).
+fn zero_prompt_part<T: Default + PartialEq>(
+    prefill_len: usize,
+    b: &[T],
+    usage: Option<&Usage>,
+) -> bool {
+    let zero = T::default();
+    usage.is_none()
+        && prefill_len > 0
+        && b.len() >= prefill_len
+        && b[..prefill_len].iter().all(|v| *v == zero)
+}
+
 /// Prefill rows `a`, then decode rows `b`: when `b` covers the whole sequence (see
 /// [`covers_whole_sequence`]) its first `a.len()` units are the prompt rows it never computed
 /// and are replaced by `a` (a splice); otherwise `b` holds only decode rows and is appended.
-fn splice_rows<T: Clone>(a: &mut Vec<T>, b: &[T], usage: Option<&Usage>) {
-    if covers_whole_sequence(a.len(), b.len(), usage) {
+fn splice_rows<T: Clone + Default + PartialEq>(a: &mut Vec<T>, b: &[T], usage: Option<&Usage>) {
+    if covers_whole_sequence(a.len(), b.len(), usage) || zero_prompt_part(a.len(), b, usage) {
         a.extend_from_slice(&b[a.len()..]);
     } else {
         a.extend_from_slice(b);
@@ -273,11 +288,104 @@ fn concat_b64_rows(a: &str, b: &str, usage: Option<&Usage>) -> Option<String> {
     let e = base64::engine::general_purpose::STANDARD;
     let mut x = e.decode(a).ok()?;
     let y = e.decode(b).ok()?;
+    if x.starts_with(NPY_MAGIC) || y.starts_with(NPY_MAGIC) {
+        return concat_npy_rows(&x, &y, usage).map(|v| e.encode(v));
+    }
     if x.len() % 4 != 0 || y.len() % 4 != 0 {
         return None;
     }
     splice_rows(&mut x, &y, usage);
     Some(e.encode(x))
+}
+
+/// The `.npy` magic (vLLM's `routed_experts` are a base64 `.npy` array).
+const NPY_MAGIC: &[u8] = b"\x93NUMPY";
+
+/// A parsed `.npy`: its header dict text, shape and data bytes.
+struct Npy<'a> {
+    header: String,
+    shape: Vec<usize>,
+    data: &'a [u8],
+}
+
+fn parse_npy(b: &[u8]) -> Option<Npy<'_>> {
+    if !b.starts_with(NPY_MAGIC) || b.len() < 10 {
+        return None;
+    }
+    let (len, start) = match b[6] {
+        1 => (usize::from(u16::from_le_bytes([b[8], b[9]])), 10),
+        2 | 3 if b.len() >= 12 => (u32::from_le_bytes([b[8], b[9], b[10], b[11]]) as usize, 12),
+        _ => return None,
+    };
+    let header = std::str::from_utf8(b.get(start..start + len)?)
+        .ok()?
+        .to_owned();
+    let open = header.find("'shape':")? + "'shape':".len();
+    let rest = &header[open..];
+    let inner = &rest[rest.find('(')? + 1..rest.find(')')?];
+    let shape = inner
+        .split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| t.parse::<usize>().ok())
+        .collect::<Option<Vec<_>>>()?;
+    Some(Npy {
+        header,
+        shape,
+        data: &b[start + len..],
+    })
+}
+
+/// Row concatenation (or splice, as [`splice_rows`]) of two `.npy` arrays of the same dtype and
+/// trailing shape; `None` when they do not agree (a broken blob is omitted).
+fn concat_npy_rows(a: &[u8], b: &[u8], usage: Option<&Usage>) -> Option<Vec<u8>> {
+    let (x, y) = (parse_npy(a)?, parse_npy(b)?);
+    let descr = |h: &str| {
+        h.split("'descr':")
+            .nth(1)
+            .and_then(|r| r.split(',').next())
+            .map(str::trim)
+            .map(str::to_owned)
+    };
+    if x.shape.len() < 2 || x.shape[1..] != y.shape[1..] || descr(&x.header) != descr(&y.header) {
+        return None;
+    }
+    let (ra, rb) = (x.shape[0], y.shape[0]);
+    let row = |d: &[u8], r: usize| d.len().checked_div(r);
+    let width = row(x.data, ra).or(row(y.data, rb))?;
+    if x.data.len() != ra * width || y.data.len() != rb * width {
+        return None;
+    }
+    let mut data = x.data.to_vec();
+    // The decode blob covers the whole sequence when its row count says so, or when its first
+    // `ra` rows are the zero-filled prompt part it never computed (vLLM decode legs).
+    let zero_prefix = rb >= ra && zero_prompt_part(ra * width, y.data, usage);
+    let skip = if covers_whole_sequence(ra, rb, usage) || zero_prefix {
+        ra
+    } else {
+        0
+    };
+    data.extend_from_slice(y.data.get(skip * width..)?);
+    let rows = ra + rb - skip;
+    let trailing: Vec<String> = x.shape[1..].iter().map(usize::to_string).collect();
+    let dict = format!(
+        "{{'descr': {}, 'fortran_order': False, 'shape': ({rows}, {}), }}",
+        descr(&x.header)?,
+        trailing.join(", ")
+    );
+    // Version 1: magic, version, u16 header length; header padded with spaces to a multiple of
+    // 64 bytes in all, ending in a newline.
+    let mut header = dict.into_bytes();
+    let total = 10 + header.len() + 1;
+    header.resize(header.len() + (64 - total % 64) % 64, b' ');
+    header.push(b'\n');
+    let mut out = Vec::with_capacity(10 + header.len() + data.len());
+    out.extend_from_slice(NPY_MAGIC);
+    out.extend_from_slice(&[1, 0]);
+    out.extend_from_slice(&u16::try_from(header.len()).ok()?.to_le_bytes());
+    out.extend_from_slice(&header);
+    out.extend_from_slice(&data);
+    Some(out)
 }
 
 impl RuleMerge {
@@ -342,7 +450,10 @@ impl RuleMerge {
                         (Value::Array(a), Some(Value::Array(b))) => {
                             Some(Value::Array(a.iter().chain(b).cloned().collect()))
                         }
-                        (_, None) => Some(p.clone()),
+                        // The decode output has none of its own: the prompt rows go on the
+                        // choice's last output (where engines put the blob), not on every chunk.
+                        (_, None) if decode.finish_reason.is_some() => Some(p.clone()),
+                        (_, None) => continue,
                         _ => None,
                     };
                     match merged {
@@ -431,6 +542,23 @@ impl PdMerge for RuleMerge {
                     },
                     _ => decode.routed_experts = Some(p),
                 }
+            }
+        } else if rule.legs == Legs::Rows
+            && let Some(d) = decode.routed_experts.as_mut()
+        {
+            // The prefill rows went on the choice's first output. A later blob that covers the
+            // whole sequence (vLLM and SGLang decode legs report `[0, seqlen - 1)`, the prompt part
+            // invalid) would repeat the prompt: keep only its own part.
+            let p: usize = prefill
+                .iter()
+                .filter_map(|o| o.routed_experts.as_ref())
+                .map(|r| r.ids.len())
+                .sum();
+            if p > 0
+                && (covers_whole_sequence(p, d.ids.len(), decode.usage.as_ref())
+                    || zero_prompt_part(p, &d.ids, decode.usage.as_ref()))
+            {
+                d.ids.drain(..p);
             }
         }
         // Usage counters.
