@@ -27,18 +27,18 @@ runpy.run_path(path, run_name='__main__')\n";
 /// How long the oracle may take to print its listening line.
 const START_LIMIT: Duration = Duration::from_secs(20);
 
-/// The oracle script: `../shared/oracle/oracle_engine.py` beside the repository checkout (CI),
-/// else `/work/shared/oracle/oracle_engine.py`.
+/// The oracle script: `$GENFRONT_ORACLE` when set, else `../shared/oracle/oracle_engine.py`
+/// beside the repository checkout (the layout of developer machines and CI).
 pub fn oracle_script() -> PathBuf {
-    let rel = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/oracle/oracle_engine.py"
-    ));
-    if rel.exists() {
-        rel
-    } else {
-        PathBuf::from("/work/shared/oracle/oracle_engine.py")
-    }
+    std::env::var_os("GENFRONT_ORACLE").map_or_else(
+        || {
+            PathBuf::from(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../../shared/oracle/oracle_engine.py"
+            ))
+        },
+        PathBuf::from,
+    )
 }
 
 /// A running `oracle_engine.py` child; killed (and reaped) on drop.
