@@ -197,6 +197,14 @@ fn states(log: &Value) -> Vec<String> {
         .collect()
 }
 
+/// For a leg sent concurrently with a prefill that failed at once (SGLang): genfront ended it, or
+/// dropped it before its request reached the engine. Either way nothing runs there.
+fn assert_ended_or_never_sent(what: &str, log: &Value) {
+    if !states(log).is_empty() {
+        assert_ended(what, log);
+    }
+}
+
 /// Assert that the leg an oracle logged was ended by genfront (aborted or its connection
 /// dropped), not finished and not still running.
 fn assert_ended(what: &str, log: &Value) {
@@ -296,8 +304,9 @@ async fn prefill_4xx(api: &'static str) {
         let (pl, dl) = p.settled(SETTLE).await;
         assert_eq!(states(&pl), ["error"], "{what}: prefill {}", pl["requests"]);
         if api == "sglang" {
-            // Sent at once with the prefill; it would wait 30 s for a room that never comes.
-            assert_ended(&format!("{what} decode"), &dl);
+            // Sent at once with the prefill (it would wait 30 s for a room that never comes),
+            // unless the prefill's answer came back before it left.
+            assert_ended_or_never_sent(&format!("{what} decode"), &dl);
         } else {
             assert_never_sent(&format!("{what} decode"), &dl);
         }
@@ -358,7 +367,7 @@ async fn prefill_transport(api: &'static str) {
             pl["requests"]
         );
         if api == "sglang" {
-            assert_ended(&format!("{what} decode"), &dl);
+            assert_ended_or_never_sent(&format!("{what} decode"), &dl);
         } else {
             assert_never_sent(&format!("{what} decode"), &dl);
         }
