@@ -46,6 +46,18 @@ fn sglang_body(tokens: u32, stream: bool) -> Value {
            "sampling_params": {"max_new_tokens": tokens, "ignore_eos": true}})
 }
 
+/// Child processes killed (and reaped) on drop, so a failing assertion leaves none behind.
+struct Children(Vec<Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 /// A `genfront mocker` child process on `port`.
 fn mocker_process(port: u16) -> Child {
     Command::new(env!("CARGO_BIN_EXE_genfront"))
@@ -145,7 +157,7 @@ async fn stream_once(client: reqwest::Client, url: String) -> StreamEnd {
 async fn a_worker_killed_mid_run_fails_its_streams_fast_and_comes_back() {
     let client = reqwest::Client::new();
     let ports = [free_port(), free_port()];
-    let mut children: Vec<Child> = ports.iter().map(|p| mocker_process(*p)).collect();
+    let mut children = Children(ports.iter().map(|p| mocker_process(*p)).collect());
     for p in ports {
         wait_health(&client, p).await;
     }
@@ -169,8 +181,8 @@ async fn a_worker_killed_mid_run_fails_its_streams_fast_and_comes_back() {
         .collect();
     tokio::time::sleep(Duration::from_millis(800)).await;
     let killed_at = Instant::now();
-    children[0].kill().expect("kill -9");
-    let _ = children[0].wait();
+    children.0[0].kill().expect("kill -9");
+    let _ = children.0[0].wait();
     let mut ends = Vec::new();
     for t in tasks {
         let end = tokio::time::timeout(Duration::from_secs(30), t)
@@ -235,7 +247,7 @@ async fn a_worker_killed_mid_run_fails_its_streams_fast_and_comes_back() {
     }
 
     // Restart the killed worker on its port: traffic returns without a genfront restart.
-    children[0] = mocker_process(ports[0]);
+    children.0[0] = mocker_process(ports[0]);
     wait_health(&client, ports[0]).await;
     let deadline = Instant::now() + Duration::from_secs(15);
     let mut back = false;
@@ -251,8 +263,5 @@ async fn a_worker_killed_mid_run_fails_its_streams_fast_and_comes_back() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(back, "traffic returned to the restarted worker");
-    for mut c in children {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
+    drop(children);
 }
