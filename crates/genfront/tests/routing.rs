@@ -4,14 +4,14 @@
 
 mod common;
 
+use common::{genfront, sglang_body};
+
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use genfront::{ServeArgs, Server};
 use genfront_mockserver::{Api, MockServerArgs, SpawnedMockServer, spawn, spawn_on};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
 
 /// A loopback port held without listening: connections to it are refused, and no other
 /// server can take it until the socket is listened on or dropped.
@@ -21,30 +21,6 @@ fn held_port() -> (tokio::net::TcpSocket, u16) {
     s.bind(SocketAddr::from(([127, 0, 0, 1], 0))).expect("bind");
     let port = s.local_addr().expect("addr").port();
     (s, port)
-}
-
-/// genfront with `argv` (after `serve`), serving on an ephemeral port; not waiting for workers.
-async fn genfront(argv: &[String]) -> (String, Server, CancellationToken) {
-    let mut full = vec!["serve".to_owned()];
-    full.extend(argv.iter().cloned());
-    let args = ServeArgs::parse_from(full);
-    let server = Server::build(&args).await.expect("genfront builds");
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    let shutdown = CancellationToken::new();
-    // Serve a second handle on the same state, keep `server` for readiness checks.
-    let serving = Server {
-        state: server.state.clone(),
-        routes: server.routes.clone(),
-        shutdown_grace: Duration::from_millis(100),
-    };
-    tokio::spawn(serving.serve(listener, shutdown.clone()));
-    (url, server, shutdown)
-}
-
-fn sglang_body(tokens: u32, stream: bool) -> Value {
-    json!({"input_ids": [5, 6, 7, 8], "stream": stream,
-           "sampling_params": {"max_new_tokens": tokens, "ignore_eos": true}})
 }
 
 async fn metrics(client: &reqwest::Client, url: &str) -> String {

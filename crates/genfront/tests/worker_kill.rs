@@ -5,14 +5,13 @@
 
 mod common;
 
+use common::{genfront, sglang_body};
+
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use genfront::{ServeArgs, Server};
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
 
 /// A free loopback port (bound, then released).
 fn free_port() -> u16 {
@@ -20,30 +19,6 @@ fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free port")
-}
-
-/// genfront with `argv` (after `serve`), serving on an ephemeral port; not waiting for workers.
-async fn genfront(argv: &[String]) -> (String, Server, CancellationToken) {
-    let mut full = vec!["serve".to_owned()];
-    full.extend(argv.iter().cloned());
-    let args = ServeArgs::parse_from(full);
-    let server = Server::build(&args).await.expect("genfront builds");
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    let shutdown = CancellationToken::new();
-    // Serve a second handle on the same state, keep `server` for readiness checks.
-    let serving = Server {
-        state: server.state.clone(),
-        routes: server.routes.clone(),
-        shutdown_grace: Duration::from_millis(100),
-    };
-    tokio::spawn(serving.serve(listener, shutdown.clone()));
-    (url, server, shutdown)
-}
-
-fn sglang_body(tokens: u32, stream: bool) -> Value {
-    json!({"input_ids": [5, 6, 7, 8], "stream": stream,
-           "sampling_params": {"max_new_tokens": tokens, "ignore_eos": true}})
 }
 
 /// Child processes killed (and reaped) on drop, so a failing assertion leaves none behind.

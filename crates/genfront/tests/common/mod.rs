@@ -168,3 +168,29 @@ pub fn sse_events(body: &str) -> Vec<Value> {
     }
     out
 }
+
+/// genfront with `argv` (after `serve`), serving on an ephemeral port; not waiting for workers.
+/// Returns its URL, the server (for readiness checks and its state) and its shutdown token.
+pub async fn genfront(argv: &[String]) -> (String, Server, CancellationToken) {
+    let mut full = vec!["serve".to_owned()];
+    full.extend(argv.iter().cloned());
+    let args = ServeArgs::parse_from(full);
+    let server = Server::build(&args).await.expect("genfront builds");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let shutdown = CancellationToken::new();
+    // Serve a second handle on the same state, keep `server` for readiness checks.
+    let serving = Server {
+        state: server.state.clone(),
+        routes: server.routes.clone(),
+        shutdown_grace: Duration::from_millis(100),
+    };
+    tokio::spawn(serving.serve(listener, shutdown.clone()));
+    (url, server, shutdown)
+}
+
+/// A small SGLang body of `tokens` new tokens (EOS ignored), streamed or not.
+pub fn sglang_body(tokens: u32, stream: bool) -> Value {
+    serde_json::json!({"input_ids": [5, 6, 7, 8], "stream": stream,
+           "sampling_params": {"max_new_tokens": tokens, "ignore_eos": true}})
+}
