@@ -153,11 +153,12 @@ impl VllmAssembler {
                 finish_reason,
                 stop_reason,
                 token_ids: &out.token_ids,
-                routed_experts: native.routed_experts.clone().or_else(|| {
-                    out.routed_experts
-                        .as_ref()
-                        .map(|r| routed_experts_b64(r.num_layers, r.top_k, &r.ids))
-                }),
+                // Held until the choice's final chunk (see `hold_routed`).
+                routed_experts: out
+                    .finish_reason
+                    .as_ref()
+                    .and_then(|_| self.choices.get(index))
+                    .and_then(routed_b64),
                 sampling_mask: out.sampling_mask.as_deref(),
                 weight_versions,
                 logprobs: self.cfg.logprobs.map(|mode| Logprobs {
@@ -191,21 +192,7 @@ impl VllmAssembler {
         } else {
             choice.token_ids.extend_from_slice(&out.token_ids);
         }
-        if let Some(r) = out.routed_experts {
-            // The native text stands for the whole choice only if it is the only segment.
-            choice.routed_native = if choice.routed.is_none() {
-                native_routed
-            } else {
-                None
-            };
-            match &mut choice.routed {
-                None => choice.routed = Some((r.num_layers, r.top_k, r.ids)),
-                Some((layers, k, ids)) if *layers == r.num_layers && *k == r.top_k => {
-                    ids.extend(r.ids)
-                }
-                Some(_) => return Err(contract("routed experts changed shape within a choice")),
-            }
-        }
+        hold_routed(choice, out.routed_experts, native_routed)?;
         if let Some(mask) = out.sampling_mask {
             choice.mask.get_or_insert_with(Vec::new).extend(mask);
         }
@@ -352,6 +339,9 @@ impl Assembler for VllmAssembler {
         }
         let finish = out.finish_reason.clone();
         if self.cfg.stream {
+            if let Some(c) = self.choices.get_mut(index) {
+                hold_routed(c, out.routed_experts.take(), native.routed_experts.clone())?;
+            }
             // "Terminal outputs are always emitted"; other deltas without tokens are skipped.
             if !out.token_ids.is_empty() || finish.is_some() {
                 self.stream_chunk(&out, &native, events)?;
@@ -403,11 +393,7 @@ impl Assembler for VllmAssembler {
                     finish_reason: finish_reason.or(Some("stop")),
                     stop_reason,
                     token_ids: &c.token_ids,
-                    routed_experts: c.routed_native.clone().or_else(|| {
-                        c.routed
-                            .as_ref()
-                            .map(|(l, k, ids)| routed_experts_b64(*l, *k, ids))
-                    }),
+                    routed_experts: routed_b64(c),
                     sampling_mask: c.mask.as_deref(),
                     weight_versions: c.weight_versions.as_ref(),
                     logprobs: self.cfg.logprobs.map(|mode| Logprobs {
@@ -443,6 +429,43 @@ impl Assembler for VllmAssembler {
         };
         Ok(NativeResponse::json(StatusCode::OK, to_bytes(&body)?))
     }
+}
+
+/// Add an output's routed-expert rows to its choice: vLLM reports a choice's routed experts
+/// once, as one `(num_tokens - 1, layers, top_k)` blob covering the whole sequence (the
+/// scheduler attaches them when the request stops, so a stream carries them on the choice's
+/// final chunk only), so rows are held per choice, whatever segments the engine delivered them
+/// in, and rendered when the choice ends.
+fn hold_routed(
+    choice: &mut Choice,
+    rows: Option<genfront_protocol::RoutedExperts>,
+    native_routed: Option<String>,
+) -> Result<(), GenerateError> {
+    let Some(r) = rows else {
+        return Ok(());
+    };
+    // The native text stands for the whole choice only if it is the only segment.
+    choice.routed_native = if choice.routed.is_none() {
+        native_routed
+    } else {
+        None
+    };
+    match &mut choice.routed {
+        None => choice.routed = Some((r.num_layers, r.top_k, r.ids)),
+        Some((layers, k, ids)) if *layers == r.num_layers && *k == r.top_k => ids.extend(r.ids),
+        Some(_) => return Err(contract("routed experts changed shape within a choice")),
+    }
+    Ok(())
+}
+
+/// The base64 `.npy` of a choice's held routed experts (vLLM's own text when it came in one).
+fn routed_b64(choice: &Choice) -> Option<String> {
+    choice.routed_native.clone().or_else(|| {
+        choice
+            .routed
+            .as_ref()
+            .map(|(l, k, ids)| routed_experts_b64(*l, *k, ids))
+    })
 }
 
 fn incomplete(choices: &[Choice]) -> Result<(), GenerateError> {
