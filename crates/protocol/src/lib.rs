@@ -21,6 +21,6 @@ pub use output::{
 };
 pub use pd::{Bootstrap, Handoff, PdLeg, PdMerge, PdRole};
 pub use request::{
-    EngineRequest, NativeBody, OutputOptions, PromptLogprobOptions, RoutingHints, SamplingOptions,
-    StopConditions,
+    Constraints, EngineRequest, LogitBias, NativeBody, OutputOptions, PromptLogprobOptions,
+    RoutingHints, SamplingOptions, StopConditions, StructuredOutput,
 };

@@ -30,9 +30,71 @@ pub struct EngineRequest {
     /// The P/D leg, when the router split the request over a prefill and a decode worker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pd: Option<crate::PdLeg>,
+    /// Sampling constraints both engines honour with the same meaning (logit bias, structured
+    /// output), so a request of one format can carry them to the other engine.
+    #[serde(default, skip_serializing_if = "Constraints::is_empty")]
+    pub constraints: Constraints,
+    /// The native keys of [`EngineRequest::native`] that are set (present with a value other
+    /// than the key's default) but have no typed counterpart, as dotted paths of the client's
+    /// own key names (`sampling_params.custom_params`, `return_entropy`, …), in body order.
+    ///
+    /// Filled by the format's projection. An engine client for the format's own engine carries
+    /// the native body and ignores this list; a client for another engine kind refuses a
+    /// request whose list is not empty with [`crate::EngineError::unsupported`] naming the first
+    /// key, since it could only drop it. The in-process mocker takes the native body and ignores
+    /// it too (its toy model has no use for these keys).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub native_only: Vec<String>,
     /// The client's native request, so an engine client for the same engine can rebuild the exact
     /// native body (unknown keys included).
     pub native: NativeBody,
+}
+
+/// Sampling constraints with the same meaning on SGLang and vLLM. Empty = unconstrained.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Constraints {
+    /// Additive biases on the next-token logits, in the client's order (SGLang
+    /// `sampling_params.logit_bias` `{"<id>": bias}`, vLLM `sampling_params.logit_bias`
+    /// `{id: bias}`). vLLM clamps each bias to [-100, 100]; SGLang adds it as given.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub logit_bias: Vec<LogitBias>,
+    /// Grammar-constrained decoding, when requested.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structured: Option<StructuredOutput>,
+}
+
+impl Constraints {
+    /// Whether nothing is constrained.
+    pub fn is_empty(&self) -> bool {
+        self.logit_bias.is_empty() && self.structured.is_none()
+    }
+}
+
+/// One logit bias entry.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LogitBias {
+    /// Token id (`< EngineInfo::vocab_size` when the vocabulary is known).
+    pub token_id: u32,
+    /// Added to the token's logit.
+    pub bias: f64,
+}
+
+/// A grammar the output must match. Both engines compile these with xgrammar by default (SGLang
+/// `--grammar-backend xgrammar`, vLLM `structured_outputs_config.backend auto`), so the texts
+/// mean the same on either.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StructuredOutput {
+    /// A regular expression (SGLang `regex`, vLLM `structured_outputs.regex`).
+    Regex(String),
+    /// A JSON schema as JSON text (SGLang `json_schema`, vLLM `structured_outputs.json`; a
+    /// vLLM dict is carried as its JSON text).
+    JsonSchema(String),
+    /// An EBNF (GBNF) grammar (SGLang `ebnf`, vLLM `structured_outputs.grammar`).
+    Grammar(String),
+    /// An xgrammar structural tag as JSON text (SGLang `structural_tag`, vLLM
+    /// `structured_outputs.structural_tag`).
+    StructuralTag(String),
 }
 
 /// Stop conditions. Token counts are in tokens of output.

@@ -15,6 +15,7 @@ use genfront_protocol::{
     Bootstrap, Candidate, EngineError, EngineInfo, EngineOutput, EngineRequest, ErrorKind,
     FinishReason, NativeBody, OutputOptions, PdLeg, PdRole, PromptLogprobOptions, PromptLogprobs,
     RoutedExperts, RoutingHints, SamplingOptions, StopConditions, StopMatch, TokenLogprob, Usage,
+    Constraints, LogitBias, StructuredOutput,
 };
 use serde_json::Value;
 
@@ -74,6 +75,8 @@ pub fn encode_request(request: EngineRequest) -> Result<pb::GenerateRequest, Wir
         handoff,
         native,
         pd,
+        constraints,
+        native_only,
     } = request;
     Ok(pb::GenerateRequest {
         request_id,
@@ -121,7 +124,49 @@ pub fn encode_request(request: EngineRequest) -> Result<pb::GenerateRequest, Wir
             body: encode_json(&native.body, "native.body")?,
         }),
         pd: pd.map(encode_pd).transpose()?,
+        constraints: (!constraints.is_empty()).then(|| encode_constraints(constraints)),
+        native_only,
     })
+}
+
+fn encode_constraints(c: Constraints) -> pb::Constraints {
+    use pb::constraints::Structured;
+    pb::Constraints {
+        logit_bias: c
+            .logit_bias
+            .into_iter()
+            .map(|b| pb::LogitBias {
+                token_id: b.token_id,
+                bias: Some(b.bias),
+            })
+            .collect(),
+        structured: c.structured.map(|s| match s {
+            StructuredOutput::Regex(t) => Structured::Regex(t),
+            StructuredOutput::JsonSchema(t) => Structured::JsonSchema(t),
+            StructuredOutput::Grammar(t) => Structured::Grammar(t),
+            StructuredOutput::StructuralTag(t) => Structured::StructuralTag(t),
+        }),
+    }
+}
+
+fn decode_constraints(c: pb::Constraints) -> Constraints {
+    use pb::constraints::Structured;
+    Constraints {
+        logit_bias: c
+            .logit_bias
+            .into_iter()
+            .map(|b| LogitBias {
+                token_id: b.token_id,
+                bias: b.bias.unwrap_or(0.0),
+            })
+            .collect(),
+        structured: c.structured.map(|s| match s {
+            Structured::Regex(t) => StructuredOutput::Regex(t),
+            Structured::JsonSchema(t) => StructuredOutput::JsonSchema(t),
+            Structured::Grammar(t) => StructuredOutput::Grammar(t),
+            Structured::StructuralTag(t) => StructuredOutput::StructuralTag(t),
+        }),
+    }
 }
 
 fn encode_pd(leg: PdLeg) -> Result<pb::PdLeg, WireError> {
@@ -188,6 +233,8 @@ pub fn decode_request(request: pb::GenerateRequest) -> Result<EngineRequest, Wir
         handoff,
         native,
         pd,
+        constraints,
+        native_only,
     } = request;
     let stop = stop.unwrap_or_default();
     let output = output.unwrap_or_default();
@@ -239,6 +286,8 @@ pub fn decode_request(request: pb::GenerateRequest) -> Result<EngineRequest, Wir
             format: native.format,
             body: decode_json(&native.body, "native.body")?,
         },
+        constraints: constraints.map(decode_constraints).unwrap_or_default(),
+        native_only,
     })
 }
 

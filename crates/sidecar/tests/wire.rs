@@ -3,9 +3,9 @@
 //! included; JSON with 64-bit integers and key order), and malformed messages are rejected.
 
 use genfront_protocol::{
-    Bootstrap, Candidate, EngineError, EngineInfo, EngineOutput, EngineRequest, ErrorKind,
-    FinishReason, NativeBody, OutputOptions, PdLeg, PdRole, PromptLogprobOptions, PromptLogprobs,
-    RoutedExperts, RoutingHints, SamplingOptions, StopConditions, StopMatch, TokenLogprob, Usage,
+    Bootstrap, Candidate, Constraints, EngineError, EngineInfo, EngineOutput, EngineRequest, ErrorKind,
+    FinishReason, LogitBias, NativeBody, OutputOptions, PdLeg, PdRole, PromptLogprobOptions, PromptLogprobs,
+    RoutedExperts, RoutingHints, SamplingOptions, StopConditions, StopMatch, StructuredOutput, TokenLogprob, Usage,
 };
 use genfront_sidecar::{WireError, pb, wire};
 use proptest::collection::vec;
@@ -170,6 +170,8 @@ prop_compose! {
         pd in option::of((any::<bool>(), option::of((".{0,8}", option::of(any::<u16>()), 0..=i64::MAX as u64)), option::of(json_value()))),
         format in "[a-z]{0,6}",
         body in json_value(),
+        constraints in (vec((any::<u32>(), float()), 0..3), option::of((0..4u8, ".{0,6}"))),
+        native_only in vec("[a-z_.]{1,12}", 0..3),
     ) -> EngineRequest {
         EngineRequest {
             request_id,
@@ -205,6 +207,20 @@ prop_compose! {
                 kv_transfer_params: kv,
             }),
             native: NativeBody { format, body },
+            constraints: Constraints {
+                logit_bias: constraints
+                    .0
+                    .into_iter()
+                    .map(|(token_id, bias)| LogitBias { token_id, bias })
+                    .collect(),
+                structured: constraints.1.map(|(kind, text)| match kind {
+                    0 => StructuredOutput::Regex(text),
+                    1 => StructuredOutput::JsonSchema(text),
+                    2 => StructuredOutput::Grammar(text),
+                    _ => StructuredOutput::StructuralTag(text),
+                }),
+            },
+            native_only,
         }
     }
 }

@@ -451,6 +451,8 @@ impl Item {
                 format: FORMAT_NAME.to_owned(),
                 body,
             },
+            constraints: Default::default(),
+            native_only: Vec::new(),
         };
         (request, config)
     }

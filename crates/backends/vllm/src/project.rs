@@ -203,6 +203,8 @@ pub(crate) fn project(
             format: FORMAT_NAME.to_owned(),
             body: Value::Object(map),
         },
+        constraints: Default::default(),
+        native_only: Vec::new(),
         token_ids: r.token_ids,
     };
     let options = r.stream_options.unwrap_or_default();
