@@ -15,7 +15,11 @@
 //!   client's `Engine::probe` runs against its native `/health`; there is no background health
 //!   loop any more, routers probe and own worker state;
 //! - [`AbortCall`], [`AbortGuard`], [`CancelGrace`]: abort-on-drop (fire-and-forget, with a
-//!   timeout, at most twice) and the cancel grace period.
+//!   timeout, at most twice) and the cancel grace period;
+//! - [`TimedEngine`], [`EngineTimeouts`]: the engine-side time limits around any engine (first
+//!   output within `--engine-first-byte-timeout`, next stream output within
+//!   `--engine-idle-timeout`; `ErrorKind::Timeout` → the client's 504 and a worker failure at
+//!   the breaker). The TCP connect timeout is [`ClientOptions::connect_timeout`].
 //!
 //! # Upstream status → [`EngineError`]
 //!
@@ -28,7 +32,7 @@
 //! | other HTTP 4xx | `InvalidArgument` | the engine's message (client-facing), `status_code`, `err_type` |
 //! | HTTP 502 / 504 | `Unavailable` | retryable elsewhere |
 //! | HTTP 503 | `Unavailable` | as 502/504, plus `retry_after_secs` when `Retry-After` was sent |
-//! | connect / send failure (no status) | `Unavailable` | [`send_error`]: the cause chain in the message |
+//! | connect / send failure (no status) | `Unavailable` | [`send_error`]: the root cause first (`connection refused`, `timed out`, …), then the cause chain |
 //! | other HTTP 5xx, 1xx, 3xx | `Internal` | |
 //!
 //! Every mapped error keeps `status_code`. The message of an `InvalidArgument` is, in order: the
@@ -60,7 +64,7 @@
 //!   counted a whole network read, so a read holding many small events near the limit could be
 //!   refused); the limits themselves stay (SGLang 1 GiB, vLLM 512 MiB). SGLang keeps its lenient
 //!   end of stream ([`SseSplitter::finish`]); vLLM keeps WHATWG's (it does not call `finish`).
-//! - **Send failures**: both now say `"<engine> <path> could not be reached: <cause chain>"`.
+//! - **Send failures**: both now say `"<engine> <path> could not be reached (<root cause>): <cause chain>"`.
 //! - **Health**: the background `GET /health` loops and their options (`health_interval`) are
 //!   gone from both clients; `Engine::ready()` is `true` and `Engine::probe()` runs [`probe`].
 
@@ -70,13 +74,15 @@ mod probe;
 mod response;
 mod sse;
 mod status;
+mod timeout;
 
 pub use abort::{AbortCall, AbortGuard, CancelGrace, GraceWake};
 pub use client::{ClientOptions, build_client};
 pub use probe::probe;
 pub use response::{ERROR_BODY_LIMIT, error_from_response, read_error_body};
 pub use sse::{EventTooLarge, MAX_EVENT_BYTES, SseSplitter};
-pub use status::{ErrorBody, chain, classify, retry_after, send_error, status_error};
+pub use status::{ErrorBody, chain, classify, retry_after, root_cause, send_error, status_error};
+pub use timeout::{EngineTimeouts, TimedEngine, TimeoutObserver, TimeoutPhase, timed};
 
 #[cfg(doc)]
 use genfront_protocol::{EngineError, ErrorKind};

@@ -149,10 +149,57 @@ pub fn retry_after(headers: &HeaderMap) -> Option<u32> {
 }
 
 /// The error for a request to `what` (e.g. `"SGLang /generate"`) that could not be sent or
-/// answered (no HTTP status): `Unavailable`, with reqwest's cause chain in the message
-/// (reqwest's own `Display` omits "connection refused", "timed out", …).
+/// answered (no HTTP status): `Unavailable`, with the [`root_cause`] first and reqwest's cause
+/// chain after it (reqwest's own `Display` is "error sending request", which omits "connection
+/// refused", "timed out", …): `SGLang /generate could not be reached (connection refused):
+/// error sending request for url (…): …`.
 pub fn send_error(what: &str, err: &reqwest::Error) -> EngineError {
-    EngineError::unavailable(format!("{what} could not be reached: {}", chain(err)))
+    EngineError::unavailable(format!(
+        "{what} could not be reached ({}): {}",
+        root_cause(err),
+        chain(err)
+    ))
+}
+
+/// A short name for why a connection or request failed: the kind of the innermost I/O error
+/// (`connection refused`, `timed out`, `connection reset`, …), `timed out` for a client timeout,
+/// else the innermost cause's text.
+pub fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut innermost: &(dyn std::error::Error + 'static) = error;
+    let mut io: Option<&std::io::Error> = None;
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = current {
+        if let Some(found) = e.downcast_ref::<std::io::Error>() {
+            io = Some(found);
+        }
+        innermost = e;
+        current = e.source();
+    }
+    if let Some(io) = io {
+        use std::io::ErrorKind as K;
+        let name = match io.kind() {
+            K::ConnectionRefused => "connection refused",
+            K::ConnectionReset => "connection reset",
+            K::ConnectionAborted => "connection aborted",
+            K::TimedOut => "timed out",
+            K::AddrNotAvailable => "address not available",
+            K::HostUnreachable => "host unreachable",
+            K::NetworkUnreachable => "network unreachable",
+            K::BrokenPipe => "broken pipe",
+            K::UnexpectedEof => "connection closed",
+            _ => "",
+        };
+        if !name.is_empty() {
+            return name.to_owned();
+        }
+    }
+    if error
+        .downcast_ref::<reqwest::Error>()
+        .is_some_and(reqwest::Error::is_timeout)
+    {
+        return "timed out".to_owned();
+    }
+    innermost.to_string()
 }
 
 /// `error` and its sources, joined with `: `.

@@ -107,6 +107,11 @@ async fn probes_and_the_api_key() {
         .expect_err("refused");
     assert_eq!((e.kind, e.status_code), (ErrorKind::Unavailable, None));
     assert!(e.message.contains("could not be reached"), "{e:?}");
+    // The cause is named first, not only reqwest's "error sending request".
+    assert!(
+        e.message.contains("could not be reached (connection refused)"),
+        "{e:?}"
+    );
     let bad = build_client(
         "X",
         &ClientOptions {

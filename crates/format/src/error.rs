@@ -41,6 +41,17 @@ pub enum GenerateError {
         /// The flag that sets it.
         flag: &'static str,
     },
+    /// The request was refused at the HTTP layer, before its body was parsed: HTTP/1.1 without
+    /// `Host` (400), a body not sent within `--body-read-timeout` (408), a `Content-Type` that is
+    /// not JSON or a `Content-Encoding` other than `identity` (415). `message` names the rule or
+    /// the flag and is sent to the client in the format's envelope.
+    #[error("http {status}: {message}")]
+    Http {
+        /// The status (a 4xx).
+        status: StatusCode,
+        /// Client-facing message.
+        message: String,
+    },
     /// The frontend's concurrency limit is reached.
     #[error("too many concurrent requests")]
     Overloaded,
@@ -78,6 +89,7 @@ impl GenerateError {
             }
             GenerateError::NotFound { .. } => StatusCode::NOT_FOUND,
             GenerateError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            GenerateError::Http { status, .. } => *status,
             GenerateError::Overloaded | GenerateError::NoEngine { .. } => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
@@ -93,6 +105,7 @@ impl GenerateError {
                 }
                 ErrorKind::Unavailable | ErrorKind::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
                 ErrorKind::StreamIncomplete => StatusCode::BAD_GATEWAY,
+                ErrorKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
                 // 499: the client went away; nobody normally reads this status.
                 ErrorKind::Cancelled => {
                     StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST)
@@ -109,7 +122,8 @@ impl GenerateError {
             GenerateError::Validation { .. }
             | GenerateError::Schema { .. }
             | GenerateError::NotFound { .. }
-            | GenerateError::PayloadTooLarge { .. } => Fault::Client,
+            | GenerateError::PayloadTooLarge { .. }
+            | GenerateError::Http { .. } => Fault::Client,
             GenerateError::Overloaded | GenerateError::NoEngine { .. } => Fault::Engine,
             GenerateError::Engine(e) => e.kind.fault(),
             GenerateError::Internal(_) => Fault::Frontend,
@@ -123,6 +137,11 @@ impl GenerateError {
             GenerateError::Schema { .. } => "schema",
             GenerateError::NotFound { .. } => "not_found",
             GenerateError::PayloadTooLarge { .. } => "payload_too_large",
+            GenerateError::Http { status, .. } => match status.as_u16() {
+                408 => "request_timeout",
+                415 => "unsupported_media_type",
+                _ => "bad_request",
+            },
             GenerateError::Overloaded => "overloaded",
             GenerateError::NoEngine { .. } => "no_available_workers",
             GenerateError::Engine(e) => match e.kind {
@@ -132,6 +151,7 @@ impl GenerateError {
                 ErrorKind::Overloaded => "overloaded",
                 ErrorKind::StreamIncomplete => "stream_incomplete",
                 ErrorKind::Cancelled => "cancelled",
+                ErrorKind::Timeout => "engine_timeout",
                 ErrorKind::Internal => "engine_error",
             },
             GenerateError::Internal(_) => "internal",
@@ -143,7 +163,8 @@ impl GenerateError {
         match self {
             GenerateError::Validation { message, .. }
             | GenerateError::Schema { message, .. }
-            | GenerateError::NotFound { message, .. } => Cow::Borrowed(message),
+            | GenerateError::NotFound { message, .. }
+            | GenerateError::Http { message, .. } => Cow::Borrowed(message),
             GenerateError::PayloadTooLarge { limit_bytes, flag } => Cow::Owned(format!(
                 "Request body is larger than the limit of {limit_bytes} bytes; raise it with {flag}."
             )),
@@ -163,6 +184,7 @@ impl GenerateError {
                 }
                 ErrorKind::Overloaded => Cow::Borrowed("Service temporarily overloaded"),
                 ErrorKind::Cancelled => Cow::Borrowed("Request cancelled"),
+                ErrorKind::Timeout => Cow::Borrowed("Gateway timeout: the engine did not answer in time"),
                 ErrorKind::Internal => Cow::Borrowed("Internal server error"),
             },
             GenerateError::Internal(_) => Cow::Borrowed("Internal server error"),

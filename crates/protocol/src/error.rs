@@ -30,6 +30,13 @@ pub enum ErrorKind {
     StreamIncomplete,
     /// The request was cancelled before the engine produced a result.
     Cancelled,
+    /// The engine made no progress within genfront's engine timeouts (no first output within
+    /// `--engine-first-byte-timeout`, or no next output of a stream within
+    /// `--engine-idle-timeout`): the request is aborted on the engine, the client gets a 504 and
+    /// the worker is counted as failed (breaker), because a hung engine must leave rotation. Not
+    /// retried elsewhere: the engine may still be working on it, and the client's wait is bounded
+    /// by one timeout.
+    Timeout,
     /// The engine returned something that breaks the contract, or failed internally.
     Internal,
 }
@@ -44,6 +51,7 @@ impl ErrorKind {
             ErrorKind::Overloaded => "backend.overloaded",
             ErrorKind::StreamIncomplete => "backend.stream_incomplete",
             ErrorKind::Cancelled => "backend.cancelled",
+            ErrorKind::Timeout => "backend.timeout",
             ErrorKind::Internal => "backend.internal",
         }
     }
@@ -54,9 +62,10 @@ impl ErrorKind {
             ErrorKind::InvalidArgument | ErrorKind::Unsupported | ErrorKind::Cancelled => {
                 Fault::Client
             }
-            ErrorKind::Unavailable | ErrorKind::Overloaded | ErrorKind::StreamIncomplete => {
-                Fault::Engine
-            }
+            ErrorKind::Unavailable
+            | ErrorKind::Overloaded
+            | ErrorKind::StreamIncomplete
+            | ErrorKind::Timeout => Fault::Engine,
             ErrorKind::Internal => Fault::Engine,
         }
     }
@@ -120,6 +129,7 @@ impl EngineError {
         match self.kind {
             ErrorKind::InvalidArgument | ErrorKind::Unsupported | ErrorKind::Cancelled => false,
             ErrorKind::Overloaded => false,
+            ErrorKind::Timeout => true,
             ErrorKind::Unavailable | ErrorKind::StreamIncomplete | ErrorKind::Internal => {
                 !matches!(self.status_code, Some(503) | Some(429) | Some(400..=499))
             }
@@ -152,6 +162,11 @@ impl EngineError {
     /// Shorthand for [`ErrorKind::Unavailable`].
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Unavailable, message)
+    }
+
+    /// Shorthand for [`ErrorKind::Timeout`].
+    pub fn timeout(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Timeout, message)
     }
 
     /// Shorthand for [`ErrorKind::Internal`].

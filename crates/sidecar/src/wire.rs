@@ -536,11 +536,19 @@ pub fn encode_error(error: EngineError) -> pb::Error {
         ErrorKind::StreamIncomplete => pb::ErrorKind::StreamIncomplete,
         ErrorKind::Cancelled => pb::ErrorKind::Cancelled,
         ErrorKind::Internal => pb::ErrorKind::Internal,
+        // The wire has no timeout kind: it travels as `Unavailable` with HTTP 504 (a gateway
+        // timeout, as an engine's own 504 maps), so the frontend still answers 504.
+        ErrorKind::Timeout => pb::ErrorKind::Unavailable,
+    };
+    let status_code = if error.kind == ErrorKind::Timeout {
+        Some(504)
+    } else {
+        error.status_code.map(u32::from)
     };
     pb::Error {
         kind: kind.into(),
         message: error.message,
-        status_code: error.status_code.map(u32::from),
+        status_code,
         err_type: error.err_type,
         retry_after_secs: error.retry_after_secs,
     }

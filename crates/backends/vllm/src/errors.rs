@@ -46,6 +46,8 @@ pub(crate) fn error_type(error: &GenerateError) -> &'static str {
         GenerateError::Schema { .. } => "Bad Request",
         GenerateError::NotFound { .. } => "NotFoundError",
         GenerateError::PayloadTooLarge { .. } => "Request Entity Too Large",
+        // Starlette's `HTTPException` handler: the status phrase.
+        GenerateError::Http { status, .. } => status.canonical_reason().unwrap_or("Bad Request"),
         GenerateError::Overloaded => "Service Unavailable",
         // genfront's own machine-readable code for "no worker can take this".
         GenerateError::NoEngine { .. } => "no_available_workers",

@@ -1,0 +1,306 @@
+//! [`TimedEngine`]: the engine-side time limits (first output, idle between outputs) around any
+//! [`Engine`].
+//!
+//! A hung engine (it accepted the request and then says nothing) would otherwise hold the
+//! client, the request's concurrency permit and its router load forever, and keep the worker
+//! "ready" while it black-holes traffic. The limits apply to the engine's *typed* output stream,
+//! so they hold for every transport (native HTTP clients, gRPC sidecars) alike, and they sit
+//! below the router: the timeout error is what the router's attempt sees, so it is recorded as a
+//! worker failure at the circuit breaker ([`EngineError::is_worker_failure`] is true for
+//! [`ErrorKind::Timeout`]), and dropping the engine stream sends the engine's abort.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use genfront_protocol::{
+    Engine, EngineError, EngineInfo, EngineRequest, OutputStream, ProbeFuture,
+};
+use tokio_util::sync::CancellationToken;
+
+#[cfg(doc)]
+use genfront_protocol::ErrorKind;
+
+/// Which engine limit fired (passed to the [`TimedEngine`] observer, e.g. for a metric).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeoutPhase {
+    /// No first output within [`EngineTimeouts::first_byte`].
+    FirstByte,
+    /// No next output of a stream within [`EngineTimeouts::idle`].
+    Idle,
+}
+
+impl TimeoutPhase {
+    /// The flag that sets this limit (`--engine-first-byte-timeout`, `--engine-idle-timeout`).
+    pub fn flag(self) -> &'static str {
+        match self {
+            TimeoutPhase::FirstByte => "--engine-first-byte-timeout",
+            TimeoutPhase::Idle => "--engine-idle-timeout",
+        }
+    }
+
+    /// Metric label (`engine_first_byte_timeout`, `engine_idle_timeout`).
+    pub fn label(self) -> &'static str {
+        match self {
+            TimeoutPhase::FirstByte => "engine_first_byte_timeout",
+            TimeoutPhase::Idle => "engine_idle_timeout",
+        }
+    }
+}
+
+/// Engine-side time limits; `None` disables one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineTimeouts {
+    /// Longest wait from dispatch to the engine's first output. For a unary request the first
+    /// output is the whole answer (the engines send a unary body only when it is complete), so
+    /// this bounds a whole unary generation, and so does every later gap of a unary request
+    /// (`n > 1` choices finish at different times). For a stream it bounds queueing + prefill.
+    pub first_byte: Option<Duration>,
+    /// Longest gap between two outputs of a streaming request.
+    pub idle: Option<Duration>,
+}
+
+impl Default for EngineTimeouts {
+    /// `first_byte` 600 s, `idle` 300 s: generous, because a long unary generation and an RL
+    /// `pause_generation` that freezes running requests are legitimate silences.
+    fn default() -> Self {
+        Self {
+            first_byte: Some(Duration::from_secs(600)),
+            idle: Some(Duration::from_secs(300)),
+        }
+    }
+}
+
+/// Called once for every limit that fires.
+pub type TimeoutObserver = Arc<dyn Fn(TimeoutPhase) + Send + Sync>;
+
+/// An [`Engine`] whose [`Engine::generate`] streams end with [`ErrorKind::Timeout`] when the
+/// inner engine makes no progress within [`EngineTimeouts`]. Everything else is delegated.
+pub struct TimedEngine {
+    inner: Arc<dyn Engine>,
+    timeouts: EngineTimeouts,
+    observer: Option<TimeoutObserver>,
+}
+
+impl std::fmt::Debug for TimedEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TimedEngine")
+            .field("timeouts", &self.timeouts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TimedEngine {
+    /// Wrap `inner`; `observer` is told about every timeout.
+    pub fn new(
+        inner: Arc<dyn Engine>,
+        timeouts: EngineTimeouts,
+        observer: Option<TimeoutObserver>,
+    ) -> Self {
+        Self {
+            inner,
+            timeouts,
+            observer,
+        }
+    }
+
+    /// The wrapped engine.
+    pub fn inner(&self) -> &Arc<dyn Engine> {
+        &self.inner
+    }
+}
+
+impl Engine for TimedEngine {
+    fn info(&self) -> &EngineInfo {
+        self.inner.info()
+    }
+
+    fn ready(&self) -> bool {
+        self.inner.ready()
+    }
+
+    fn probe(&self, timeout: Duration) -> ProbeFuture<'_> {
+        self.inner.probe(timeout)
+    }
+
+    fn generate(&self, request: EngineRequest, cancel: CancellationToken) -> OutputStream {
+        let streaming = request.output.stream;
+        let stream = self.inner.generate(request, cancel);
+        timed(stream, self.timeouts, streaming, self.observer.clone())
+    }
+}
+
+struct Timed {
+    inner: Option<OutputStream>,
+    first: bool,
+}
+
+/// `stream` with the limits of `timeouts` (see [`EngineTimeouts`] for which applies when). On a
+/// timeout the inner stream is dropped (its engine abort fires) and the stream ends with one
+/// [`ErrorKind::Timeout`] naming the flag.
+pub fn timed(
+    stream: OutputStream,
+    timeouts: EngineTimeouts,
+    streaming: bool,
+    observer: Option<TimeoutObserver>,
+) -> OutputStream {
+    if timeouts.first_byte.is_none() && timeouts.idle.is_none() {
+        return stream;
+    }
+    let state = Timed {
+        inner: Some(stream),
+        first: true,
+    };
+    Box::pin(futures::stream::unfold(state, move |mut st| {
+        let observer = observer.clone();
+        async move {
+            let inner = st.inner.as_mut()?;
+            let (phase, limit) = if st.first || !streaming {
+                (TimeoutPhase::FirstByte, timeouts.first_byte)
+            } else {
+                (TimeoutPhase::Idle, timeouts.idle)
+            };
+            let next = match limit {
+                None => inner.next().await,
+                Some(limit) => match tokio::time::timeout(limit, inner.next()).await {
+                    Ok(next) => next,
+                    Err(_) => {
+                        st.inner = None;
+                        if let Some(observe) = &observer {
+                            observe(phase);
+                        }
+                        let what = match phase {
+                            TimeoutPhase::FirstByte => "no first output",
+                            TimeoutPhase::Idle => "no next output",
+                        };
+                        let err = EngineError::timeout(format!(
+                            "the engine sent {what} within {limit:?} ({})",
+                            phase.flag()
+                        ));
+                        return Some((Err(err), st));
+                    }
+                },
+            };
+            st.first = false;
+            match next {
+                Some(item) => Some((item, st)),
+                // Ending drops `st`, and with it the finished inner stream.
+                None => None,
+            }
+        }
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use genfront_protocol::{EngineOutput, ErrorKind};
+
+    use super::*;
+
+    fn out() -> Result<EngineOutput, EngineError> {
+        Ok(EngineOutput::default())
+    }
+
+    /// A stream that yields `first_after` later, then a second output `gap` later, then ends;
+    /// it sets `dropped` when dropped.
+    fn slow(first_after: Duration, gap: Duration, dropped: Arc<AtomicUsize>) -> OutputStream {
+        struct OnDrop(Arc<AtomicUsize>);
+        impl Drop for OnDrop {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let guard = OnDrop(dropped);
+        Box::pin(futures::stream::unfold(0u8, move |i| {
+            let _keep = &guard;
+            async move {
+                match i {
+                    0 => {
+                        tokio::time::sleep(first_after).await;
+                        Some((out(), 1))
+                    }
+                    1 => {
+                        tokio::time::sleep(gap).await;
+                        Some((out(), 2))
+                    }
+                    _ => None,
+                }
+            }
+        }))
+    }
+
+    fn limits(first: u64, idle: u64) -> EngineTimeouts {
+        EngineTimeouts {
+            first_byte: Some(Duration::from_millis(first)),
+            idle: Some(Duration::from_millis(idle)),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn first_byte_timeout_ends_with_timeout_and_drops_the_engine_stream() {
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::new(AtomicUsize::new(0));
+        let s = seen.clone();
+        let observer: TimeoutObserver = Arc::new(move |p| {
+            assert_eq!(p, TimeoutPhase::FirstByte);
+            s.fetch_add(1, Ordering::SeqCst);
+        });
+        let stream = slow(
+            Duration::from_secs(10),
+            Duration::ZERO,
+            dropped.clone(),
+        );
+        let items: Vec<_> = timed(stream, limits(100, 100), true, Some(observer))
+            .collect()
+            .await;
+        assert_eq!(items.len(), 1);
+        let err = items[0].as_ref().expect_err("timeout");
+        assert_eq!(err.kind, ErrorKind::Timeout);
+        assert!(err.message.contains("--engine-first-byte-timeout"), "{err}");
+        assert!(err.is_worker_failure());
+        assert!(!err.retry_elsewhere());
+        assert_eq!(dropped.load(Ordering::SeqCst), 1);
+        assert_eq!(seen.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_timeout_applies_between_stream_outputs_only() {
+        let dropped = Arc::new(AtomicUsize::new(0));
+        // First output after 500 ms (within first-byte 1 s), then a 300 ms gap (> idle 200 ms).
+        let stream = slow(
+            Duration::from_millis(500),
+            Duration::from_millis(300),
+            dropped.clone(),
+        );
+        let items: Vec<_> = timed(stream, limits(1000, 200), true, None).collect().await;
+        assert_eq!(items.len(), 2);
+        assert!(items[0].is_ok());
+        let err = items[1].as_ref().expect_err("idle timeout");
+        assert!(err.message.contains("--engine-idle-timeout"), "{err}");
+        // A unary request: the gap is bounded by the first-byte limit, so it passes.
+        let stream = slow(
+            Duration::from_millis(500),
+            Duration::from_millis(300),
+            dropped.clone(),
+        );
+        let items: Vec<_> = timed(stream, limits(1000, 200), false, None)
+            .collect()
+            .await;
+        assert_eq!(items.len(), 2);
+        assert!(items.iter().all(Result::is_ok));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn disabled_limits_wait_forever() {
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let stream = slow(Duration::from_secs(3600), Duration::ZERO, dropped);
+        let none = EngineTimeouts {
+            first_byte: None,
+            idle: None,
+        };
+        let items: Vec<_> = timed(stream, none, true, None).collect().await;
+        assert_eq!(items.len(), 2);
+    }
+}
