@@ -105,13 +105,34 @@ fn with_request_id(mut resp: Response, client_id: Option<&str>) -> Response {
     resp
 }
 
-async fn read_body(body: Body, limit: usize) -> Result<Bytes, GenerateError> {
-    axum::body::to_bytes(body, limit).await.map_err(|e| {
+/// Read the whole request body: at most `--body-limit` bytes (413) within
+/// `--body-read-timeout` in total (408). tower-http's `RequestBodyTimeoutLayer` is not used: its
+/// timer restarts with every frame, so a client trickling one byte a second never trips it.
+async fn read_body(state: &AppState, body: Body) -> Result<Bytes, GenerateError> {
+    let limit = state.config.body_limit;
+    let read = axum::body::to_bytes(body, limit);
+    let result = match state.config.body_read_timeout {
+        None => read.await,
+        Some(limit_time) => match tokio::time::timeout(limit_time, read).await {
+            Ok(r) => r,
+            Err(_) => {
+                state.metrics.limits().hit("body_read_timeout");
+                return Err(GenerateError::Http {
+                    status: StatusCode::REQUEST_TIMEOUT,
+                    message: format!(
+                        "The request body was not received within {limit_time:?} (--body-read-timeout)."
+                    ),
+                });
+            }
+        },
+    };
+    result.map_err(|e| {
         let inner = e.into_inner();
         if inner
             .downcast_ref::<http_body_util::LengthLimitError>()
             .is_some()
         {
+            state.metrics.limits().hit("body_limit");
             GenerateError::PayloadTooLarge {
                 limit_bytes: limit,
                 flag: "--body-limit",
@@ -125,6 +146,74 @@ async fn read_body(body: Body, limit: usize) -> Result<Bytes, GenerateError> {
     })
 }
 
+/// The checks on a generate or abort request's headers, before its body is read:
+///
+/// - `Content-Length` above `--body-limit` → 413 at once: the body is never read, and a client
+///   that sent `Expect: 100-continue` gets no `100 Continue` (hyper sends it only when the body
+///   is first read);
+/// - `Content-Type` must be JSON (`application/json` or `application/*+json`, parameters
+///   ignored) or absent → else 415. This is FastAPI's rule for a body model (vLLM's route),
+///   which answers other types with a validation error; SGLang's route reads
+///   `await request.json()` whatever the type, so there genfront is stricter than the engine
+///   (a form-encoded `curl -d` without `-H 'Content-Type: application/json'` is refused);
+/// - `Content-Encoding` must be absent or `identity` → else 415: neither engine (nor uvicorn)
+///   decodes compressed request bodies, so a gzip body could only fail as invalid JSON.
+fn check_headers(state: &AppState, headers: &HeaderMap) -> Result<(), GenerateError> {
+    let limit = state.config.body_limit;
+    if let Some(len) = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        && len > limit as u64
+    {
+        state.metrics.limits().hit("body_limit");
+        return Err(GenerateError::PayloadTooLarge {
+            limit_bytes: limit,
+            flag: "--body-limit",
+        });
+    }
+    if let Some(v) = headers.get(CONTENT_TYPE) {
+        let text = v.to_str().unwrap_or("");
+        if !is_json_media_type(text) {
+            state.metrics.limits().hit("content_type");
+            return Err(GenerateError::Http {
+                status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                message: format!(
+                    "Unsupported Content-Type `{}`: the body must be JSON (application/json).",
+                    text.trim()
+                ),
+            });
+        }
+    }
+    for v in headers.get_all(http::header::CONTENT_ENCODING) {
+        let text = v.to_str().unwrap_or("?");
+        for coding in text.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+            if !coding.eq_ignore_ascii_case("identity") {
+                state.metrics.limits().hit("content_encoding");
+                return Err(GenerateError::Http {
+                    status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    message: format!(
+                        "Unsupported Content-Encoding `{coding}`: request bodies must be sent uncompressed (identity)."
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `application/json` or `application/<x>+json`, case-insensitive, parameters ignored.
+fn is_json_media_type(value: &str) -> bool {
+    let mime = value.split(';').next().unwrap_or("").trim();
+    let Some((main, sub)) = mime.split_once('/') else {
+        return false;
+    };
+    main.trim().eq_ignore_ascii_case("application") && {
+        let sub = sub.trim().to_ascii_lowercase();
+        sub == "json" || sub.ends_with("+json")
+    }
+}
+
 /// Serve one generate request with `format` on `route`.
 pub(crate) async fn generate(
     state: Arc<AppState>,
@@ -134,11 +223,26 @@ pub(crate) async fn generate(
     body: Body,
 ) -> Response {
     let mut tracker = Tracker::start(state.clone(), route, format.name());
+    if let Err(e) = check_headers(&state, &headers) {
+        return reject(&state, &mut tracker, &*format, &e, false);
+    }
+    // No worker can take it: say so at once (503 + Retry-After), before reading the body.
+    if !state.router.ready_for(format.name()) {
+        let role = state.router.count_refusal(format.name());
+        return reject(&state, &mut tracker, &*format, &no_engine(role), false);
+    }
+    let body = match read_body(&state, body).await {
+        Ok(b) => b,
+        Err(e) => return reject(&state, &mut tracker, &*format, &e, false),
+    };
+    // The permit is taken only once the body is in: a client trickling its body must not hold
+    // one of `--max-concurrent-requests` while it does.
     let permit = match &state.permits {
         None => None,
         Some(sem) => match sem.clone().try_acquire_owned() {
             Ok(p) => Some(p),
             Err(_) => {
+                state.metrics.limits().hit("max_concurrent_requests");
                 return reject(
                     &state,
                     &mut tracker,
@@ -148,15 +252,6 @@ pub(crate) async fn generate(
                 );
             }
         },
-    };
-    // No worker can take it: say so at once (503 + Retry-After), before reading the body.
-    if !state.router.ready_for(format.name()) {
-        let role = state.router.count_refusal(format.name());
-        return reject(&state, &mut tracker, &*format, &no_engine(role), false);
-    }
-    let body = match read_body(body, state.config.body_limit).await {
-        Ok(b) => b,
-        Err(e) => return reject(&state, &mut tracker, &*format, &e, false),
     };
     let Some(facts) = state.router.facts_for(format.name()) else {
         return reject(
@@ -391,9 +486,13 @@ pub(crate) async fn abort(
     state: Arc<AppState>,
     format: Arc<dyn GenerateFormat>,
     route: AbortRoute,
+    headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let body = match read_body(body, state.config.body_limit).await {
+    if let Err(e) = check_headers(&state, &headers) {
+        return error(&*format, &e, false, retry_after_secs(&state));
+    }
+    let body = match read_body(&state, body).await {
         Ok(b) => b,
         Err(e) => return error(&*format, &e, false, retry_after_secs(&state)),
     };

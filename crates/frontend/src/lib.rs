@@ -31,7 +31,7 @@ pub use genfront_router::Router;
 use http::StatusCode;
 use http::header::{CONTENT_TYPE, HeaderValue};
 pub use ids::mint_request_id;
-pub use metrics::Metrics;
+pub use metrics::{LimitLabels, LimitMetrics, Metrics};
 pub use registry::InFlight;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -39,6 +39,9 @@ pub use trace::{TRACE_CHANNEL_CAPACITY, TraceEngineRequest, TraceRecord, TraceSi
 
 /// Default request body limit: 64 MiB.
 pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024 * 1024;
+
+/// Default limit of request line + headers: 64 KiB.
+pub const DEFAULT_MAX_HEADER_BYTES: usize = 64 * 1024;
 
 /// Frontend limits and behaviour.
 #[derive(Debug, Clone)]
@@ -54,6 +57,14 @@ pub struct FrontendConfig {
     /// Most engine requests one client request may expand to (batch size × `n`); beyond it the
     /// request is refused with a 400 in the native envelope.
     pub max_engine_requests: usize,
+    /// Longest time a request body may take to arrive, in total (`--body-read-timeout`); beyond
+    /// it the request is refused with a 408 in the native envelope. `None`: no limit. The clock
+    /// starts when the handler starts reading (after the headers).
+    pub body_read_timeout: Option<Duration>,
+    /// Most bytes of request line + headers (`--max-header-bytes`, each header counted as
+    /// `name: value\r\n`); beyond it a 431 with a JSON body. The HTTP parser's own buffer is
+    /// twice this, so only larger heads get its empty-bodied 431.
+    pub max_header_bytes: usize,
 }
 
 impl Default for FrontendConfig {
@@ -64,6 +75,8 @@ impl Default for FrontendConfig {
             retry_after: Duration::from_secs(1),
             probe_timeout: Duration::from_secs(20),
             max_engine_requests: 1024,
+            body_read_timeout: Some(Duration::from_secs(60)),
+            max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
         }
     }
 }
@@ -275,8 +288,8 @@ pub fn app(state: Arc<AppState>, routes: &[Route]) -> axum::Router {
                 let format = route.format.clone();
                 router = router.route(
                     abort.path,
-                    axum::routing::post(move |body| {
-                        handler::abort(st.clone(), format.clone(), abort, body)
+                    axum::routing::post(move |headers, body| {
+                        handler::abort(st.clone(), format.clone(), abort, headers, body)
                     }),
                 );
             }
@@ -286,5 +299,49 @@ pub fn app(state: Arc<AppState>, routes: &[Route]) -> axum::Router {
     router = router.method_not_allowed_fallback(|| async {
         json_detail(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed")
     });
-    router
+    // Every route, the fallbacks included.
+    router.layer(axum::middleware::from_fn_with_state(state, strict_http))
+}
+
+/// Strict HTTP on every route, before any handler: an HTTP/1.1 request without `Host` is a 400
+/// (RFC 9112 §3.2; hyper accepts it, the engines' uvicorn/h11 refuses it), and a request line +
+/// headers larger than [`FrontendConfig::max_header_bytes`] is a 431, both with FastAPI's
+/// `{"detail": …}` JSON body (the engines are FastAPI apps) and counted in
+/// `genfront_limit_hits_total{limit="host_required"|"max_header_bytes"}`.
+async fn strict_http(
+    axum::extract::State(state): axum::extract::State<Arc<AppState>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if request.version() == http::Version::HTTP_11
+        && !request.headers().contains_key(http::header::HOST)
+    {
+        state.metrics.limits().hit("host_required");
+        return json_detail(
+            StatusCode::BAD_REQUEST,
+            "Invalid HTTP request: an HTTP/1.1 request needs a Host header",
+        );
+    }
+    let head = request_head_bytes(&request);
+    if head > state.config.max_header_bytes {
+        state.metrics.limits().hit("max_header_bytes");
+        return json_detail(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            &format!(
+                "Request header fields too large: {head} bytes, the limit is {} (--max-header-bytes)",
+                state.config.max_header_bytes
+            ),
+        );
+    }
+    next.run(request).await
+}
+
+/// Bytes of `request`'s request line and headers as sent on HTTP/1.1 (`name: value\r\n` each).
+fn request_head_bytes(request: &axum::extract::Request) -> usize {
+    let line = request.method().as_str().len() + request.uri().to_string().len() + 11;
+    line + request
+        .headers()
+        .iter()
+        .map(|(n, v)| n.as_str().len() + v.len() + 4)
+        .sum::<usize>()
 }

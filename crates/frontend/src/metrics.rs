@@ -37,6 +37,51 @@ pub struct AbortLabels {
     pub reason: String,
 }
 
+/// Labels of `genfront_limit_hits_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitLabels {
+    /// The limit, named after its flag without the dashes: `max_connections`,
+    /// `header_read_timeout`, `write_timeout`, `body_read_timeout`, `body_limit`,
+    /// `max_concurrent_requests`, `engine_first_byte_timeout`, `engine_idle_timeout`; and the
+    /// strict-HTTP rules `host_required`, `content_type`, `content_encoding`, `max_header_bytes`.
+    pub limit: String,
+}
+
+/// The counters of genfront's limits and timeouts, shared by the serving loop (connections),
+/// the handler (bodies, strict HTTP) and the engine wrappers (engine timeouts). Cheap to clone
+/// (the families are shared); made before the [`Metrics`] so engines connected earlier can count
+/// into it.
+#[derive(Clone, Debug, Default)]
+pub struct LimitMetrics {
+    hits: Family<LimitLabels, Counter>,
+    connections: Gauge,
+}
+
+impl LimitMetrics {
+    /// Count one hit of `limit` (`genfront_limit_hits_total{limit}`).
+    pub fn hit(&self, limit: &str) {
+        self.hits
+            .get_or_create(&LimitLabels {
+                limit: limit.to_owned(),
+            })
+            .inc();
+    }
+
+    /// How often `limit` was hit so far.
+    pub fn hits(&self, limit: &str) -> u64 {
+        self.hits
+            .get_or_create(&LimitLabels {
+                limit: limit.to_owned(),
+            })
+            .get()
+    }
+
+    /// `genfront_connections_open`: client connections being served now.
+    pub fn connections(&self) -> &Gauge {
+        &self.connections
+    }
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn latency_histogram() -> Histogram {
@@ -59,6 +104,7 @@ pub struct Metrics {
     disconnects: Family<FormatLabels, Counter>,
     engine_aborts: Family<AbortLabels, Counter>,
     trace_dropped: Counter,
+    limits: LimitMetrics,
 }
 
 impl Default for Metrics {
@@ -90,6 +136,12 @@ impl Metrics {
     /// Register every family, the router's (`router`, shared with the [`genfront_router::Router`])
     /// included.
     pub fn with_router(router: &genfront_router::RouterMetrics) -> Self {
+        Self::with_limits(router, LimitMetrics::default())
+    }
+
+    /// As [`Metrics::with_router`], with the limit counters `limits` (made earlier and shared
+    /// with the serving loop and the engine wrappers).
+    pub fn with_limits(router: &genfront_router::RouterMetrics, limits: LimitMetrics) -> Self {
         let mut registry = Registry::with_prefix("genfront");
         router.register(&mut registry);
         let requests = Family::<RequestLabels, Counter>::default();
@@ -159,6 +211,16 @@ impl Metrics {
             "Request trace records dropped because the trace writer was behind",
             trace_dropped.clone(),
         );
+        registry.register(
+            "limit_hits",
+            "Times a limit or timeout refused or ended a connection or request, by limit (flag name)",
+            limits.hits.clone(),
+        );
+        registry.register(
+            "connections_open",
+            "Client connections being served now (capped by --max-connections)",
+            limits.connections.clone(),
+        );
         Self {
             registry,
             requests,
@@ -172,7 +234,13 @@ impl Metrics {
             disconnects,
             engine_aborts,
             trace_dropped,
+            limits,
         }
+    }
+
+    /// The limit counters.
+    pub fn limits(&self) -> &LimitMetrics {
+        &self.limits
     }
 
     /// Prometheus text exposition of every family.

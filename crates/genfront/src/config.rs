@@ -94,6 +94,16 @@ pub struct ServeArgs {
         help_heading = "Engines"
     )]
     pub decode: Vec<WorkerSpec>,
+    /// Longest wait for a worker's first output of a request: the whole answer of a unary
+    /// request (engines send it when complete), queueing + prefill of a stream. Beyond it the
+    /// engine request is aborted, the client gets a 504 and the worker counts as failed at its
+    /// circuit breaker. `0` disables it.
+    #[arg(long, env = "GENFRONT_ENGINE_FIRST_BYTE_TIMEOUT", default_value = "600s", value_parser = parse_duration, help_heading = "Engines")]
+    pub engine_first_byte_timeout: Duration,
+    /// Longest gap between two outputs of a worker's stream (as `--engine-first-byte-timeout`
+    /// beyond it). `0` disables it.
+    #[arg(long, env = "GENFRONT_ENGINE_IDLE_TIMEOUT", default_value = "300s", value_parser = parse_duration, help_heading = "Engines")]
+    pub engine_idle_timeout: Duration,
     /// Number of in-process mock engines; default 1 without `--worker`/`--prefill`/`--decode`/
     /// `--mock-prefill`/`--mock-decode`, else 0.
     #[arg(long, env = "GENFRONT_MOCK", help_heading = "Mock engine")]
@@ -226,9 +236,60 @@ pub struct ServeArgs {
     )]
     pub max_concurrent_requests: Option<usize>,
     /// How long in-flight requests may finish after SIGTERM/SIGINT before they are aborted
-    /// (e.g. `30s`, `500ms`).
+    /// (e.g. `30s`, `500ms`); 2 s later every connection still open is closed. A second signal
+    /// exits at once.
     #[arg(long, env = "GENFRONT_SHUTDOWN_GRACE", default_value = "30s", value_parser = parse_duration, help_heading = "Limits")]
     pub shutdown_grace: Duration,
+    /// Most client connections served at once; beyond it new connections wait in the kernel's
+    /// accept queue (a rate-limited warning and `genfront_limit_hits_total{limit="max_connections"}`).
+    /// Default: half of the open-file limit (`RLIMIT_NOFILE`, raised to its hard limit at
+    /// start-up) minus 128, at least 64.
+    #[arg(
+        long,
+        env = "GENFRONT_MAX_CONNECTIONS",
+        help_heading = "Limits"
+    )]
+    pub max_connections: Option<usize>,
+    /// HTTP/1: longest wait for a request's headers, the first on a connection and every later
+    /// one (so also the keep-alive idle timeout); the connection is closed without an answer.
+    /// `0` disables it.
+    #[arg(long, env = "GENFRONT_HEADER_READ_TIMEOUT", default_value = "30s", value_parser = parse_duration, help_heading = "Limits")]
+    pub header_read_timeout: Duration,
+    /// Longest time a request body may take to arrive, in total (408 in the native envelope).
+    /// `0` disables it.
+    #[arg(long, env = "GENFRONT_BODY_READ_TIMEOUT", default_value = "60s", value_parser = parse_duration, help_heading = "Limits")]
+    pub body_read_timeout: Duration,
+    /// Longest time a write to a client may make no progress (a client that stops reading its
+    /// stream or unary answer); the connection is closed and the engine work aborted. `0`
+    /// disables it.
+    #[arg(long, env = "GENFRONT_WRITE_TIMEOUT", default_value = "60s", value_parser = parse_duration, help_heading = "Limits")]
+    pub write_timeout: Duration,
+    /// Most bytes of request line + headers (431 with a JSON body beyond it; hyper's own
+    /// empty-bodied 431 beyond twice it).
+    #[arg(long, env = "GENFRONT_MAX_HEADER_BYTES", default_value = "64KiB", value_parser = parse_byte_size, help_heading = "Limits")]
+    pub max_header_bytes: usize,
+    /// Most header fields of one request (hyper's 431 beyond it).
+    #[arg(
+        long,
+        env = "GENFRONT_MAX_HEADERS",
+        default_value_t = 100,
+        help_heading = "Limits"
+    )]
+    pub max_headers: usize,
+    /// HTTP/2 keep-alive ping interval (`0`: no pings).
+    #[arg(long, env = "GENFRONT_HTTP2_KEEPALIVE_INTERVAL", default_value = "20s", value_parser = parse_duration, help_heading = "Limits")]
+    pub http2_keepalive_interval: Duration,
+    /// HTTP/2: how long a keep-alive ping may go unanswered before the connection is closed.
+    #[arg(long, env = "GENFRONT_HTTP2_KEEPALIVE_TIMEOUT", default_value = "20s", value_parser = parse_duration, help_heading = "Limits")]
+    pub http2_keepalive_timeout: Duration,
+    /// HTTP/2: most concurrent streams per connection.
+    #[arg(
+        long,
+        env = "GENFRONT_HTTP2_MAX_CONCURRENT_STREAMS",
+        default_value_t = 256,
+        help_heading = "Limits"
+    )]
+    pub http2_max_concurrent_streams: u32,
 
     /// Routing policy: `prefix` (default; prefix affinity with a load bound), `round_robin`,
     /// `random`, `least_load`, `power_of_two` or `session`.
@@ -414,7 +475,33 @@ impl ServeArgs {
             body_limit: self.body_limit,
             max_concurrent_requests: self.max_concurrent_requests,
             max_engine_requests: self.max_engine_requests,
+            body_read_timeout: nonzero(self.body_read_timeout),
+            max_header_bytes: self.max_header_bytes,
             ..FrontendConfig::default()
+        }
+    }
+
+    /// Engine time limits of `--worker`/`--prefill`/`--decode` engines (`0` disables one).
+    pub fn engine_timeouts(&self) -> genfront_engine_http::EngineTimeouts {
+        genfront_engine_http::EngineTimeouts {
+            first_byte: nonzero(self.engine_first_byte_timeout),
+            idle: nonzero(self.engine_idle_timeout),
+        }
+    }
+
+    /// Connection-level limits of the serving loop.
+    pub fn conn_limits(&self) -> crate::serving::ConnLimits {
+        crate::serving::ConnLimits {
+            max_connections: self
+                .max_connections
+                .unwrap_or_else(crate::serving::default_max_connections),
+            header_read_timeout: nonzero(self.header_read_timeout),
+            write_timeout: nonzero(self.write_timeout),
+            max_header_bytes: self.max_header_bytes,
+            max_headers: self.max_headers,
+            http2_keepalive_interval: nonzero(self.http2_keepalive_interval),
+            http2_keepalive_timeout: self.http2_keepalive_timeout,
+            http2_max_concurrent_streams: self.http2_max_concurrent_streams,
         }
     }
 
@@ -520,6 +607,11 @@ impl std::str::FromStr for SidecarEngine {
     }
 }
 
+/// `None` for a zero duration (the flags' "disabled").
+fn nonzero(d: Duration) -> Option<Duration> {
+    (!d.is_zero()).then_some(d)
+}
+
 fn parse_handoff(s: &str) -> Result<genfront_protocol::Handoff, String> {
     match s.trim() {
         "bootstrap" => Ok(genfront_protocol::Handoff::Bootstrap {
@@ -578,6 +670,38 @@ mod tests {
         assert_eq!(w.mock_count(), 0);
         assert!(!a.sglang_incremental_streaming);
         assert!(a.max_concurrent_requests.is_none());
+        let limits = a.conn_limits();
+        assert_eq!(limits.header_read_timeout, Some(Duration::from_secs(30)));
+        assert_eq!(limits.write_timeout, Some(Duration::from_secs(60)));
+        assert!(limits.max_connections >= 64);
+        assert_eq!(
+            a.frontend_config().body_read_timeout,
+            Some(Duration::from_secs(60))
+        );
+        assert_eq!(
+            a.engine_timeouts().first_byte,
+            Some(Duration::from_secs(600))
+        );
+    }
+
+    #[test]
+    fn zero_disables_a_timeout() {
+        let a = ServeArgs::parse_from([
+            "serve",
+            "--header-read-timeout",
+            "0",
+            "--engine-idle-timeout",
+            "0",
+            "--max-connections",
+            "7",
+            "--max-header-bytes",
+            "16KiB",
+        ]);
+        let limits = a.conn_limits();
+        assert_eq!(limits.header_read_timeout, None);
+        assert_eq!(limits.max_connections, 7);
+        assert_eq!(limits.max_header_bytes, 16 << 10);
+        assert_eq!(a.engine_timeouts().idle, None);
     }
 
     #[test]

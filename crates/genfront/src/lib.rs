@@ -6,6 +6,7 @@
 
 mod catalog;
 mod config;
+pub mod serving;
 mod workers;
 
 use std::net::SocketAddr;
@@ -18,7 +19,7 @@ pub use config::{
     Cli, Command, ServeArgs, SidecarArgs, SidecarEngine, parse_byte_size, parse_duration,
 };
 use genfront_format::{Route, resolve_routes};
-use genfront_frontend::{AppState, Metrics, TraceSink};
+use genfront_frontend::{AppState, LimitMetrics, Metrics, TraceSink};
 use genfront_protocol::Engine;
 use genfront_router::{Role, Router, RouterMetrics};
 use tokio::net::TcpListener;
@@ -47,7 +48,13 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         .context("cannot start the tokio runtime")?;
     match cli.command {
         Command::Serve(args) => rt.block_on(async move {
+            let fds = serving::raise_fd_limit();
             let server = Server::build(&args).await?;
+            tracing::info!(
+                max_connections = server.conn_limits.max_connections,
+                fd_limit = fds.map_or_else(|| "unlimited".to_owned(), |n| n.to_string()),
+                "connection limit"
+            );
             let addr = SocketAddr::new(args.host, args.port);
             let listener = bind(addr)?;
             let shutdown = CancellationToken::new();
@@ -117,27 +124,43 @@ fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
         .with_context(|| format!("cannot listen on {addr}"))
 }
 
+/// Cancel `shutdown` on the first SIGINT/SIGTERM; on a second one exit the process at once
+/// (status 130 for SIGINT, 143 for SIGTERM), whatever is still draining.
 async fn watch_signals(shutdown: CancellationToken) {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
-    }
-    tracing::info!("shutdown signal received; draining in-flight requests");
+    let first = next_signal().await;
+    tracing::info!(
+        signal = first.0,
+        "shutdown signal received; draining in-flight requests (a second signal exits at once)"
+    );
     shutdown.cancel();
+    let second = next_signal().await;
+    tracing::warn!(signal = second.0, "second shutdown signal; exiting at once");
+    std::process::exit(second.1);
+}
+
+/// The next SIGINT or SIGTERM: its name and the exit status it asks for.
+async fn next_signal() -> (&'static str, i32) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        // Registered anew each call: tokio keeps the handler installed process-wide, so a signal
+        // that arrives between two calls is still delivered to the next listener.
+        let (Ok(mut int), Ok(mut term)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) else {
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = int.recv() => ("SIGINT", 130),
+            _ = term.recv() => ("SIGTERM", 143),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+        ("ctrl-c", 130)
+    }
 }
 
 /// A configured frontend, ready to serve on a listener.
@@ -149,6 +172,8 @@ pub struct Server {
     pub routes: Vec<Route>,
     /// How long in-flight requests may run after shutdown starts.
     pub shutdown_grace: Duration,
+    /// Connection-level limits of the serving loop.
+    pub conn_limits: serving::ConnLimits,
 }
 
 impl Server {
@@ -177,6 +202,12 @@ impl Server {
         }
         let config = args.router_config();
         config.validate().map_err(|e| anyhow::anyhow!(e))?;
+        let limits = LimitMetrics::default();
+        let timeouts = args.engine_timeouts();
+        let observer: genfront_engine_http::TimeoutObserver = {
+            let limits = limits.clone();
+            Arc::new(move |phase: genfront_engine_http::TimeoutPhase| limits.hit(phase.label()))
+        };
         let metrics = RouterMetrics::default();
         let router = Router::new(config, metrics.clone());
         for engine in mocks {
@@ -195,11 +226,12 @@ impl Server {
             (Role::Decode, &args.decode),
         ] {
             for spec in specs {
-                let id = router.add_worker(spec.router_spec(role), spec.connector());
+                let connector = spec.timed_connector(timeouts, Some(observer.clone()));
+                let id = router.add_worker(spec.router_spec(role), connector);
                 tracing::info!(worker = %id, spec = %spec, role = role.label(), "worker added; connecting in the background");
             }
         }
-        Self::with_router(args, routes, router, metrics)
+        Self::with_parts(args, routes, router, metrics, limits)
     }
 
     /// A server over the given, already connected engines (tests use this to keep handles on
@@ -230,7 +262,17 @@ impl Server {
         router: Arc<Router>,
         router_metrics: RouterMetrics,
     ) -> anyhow::Result<Self> {
-        let metrics = Arc::new(Metrics::with_router(&router_metrics));
+        Self::with_parts(args, routes, router, router_metrics, LimitMetrics::default())
+    }
+
+    fn with_parts(
+        args: &ServeArgs,
+        routes: Vec<Route>,
+        router: Arc<Router>,
+        router_metrics: RouterMetrics,
+        limits: LimitMetrics,
+    ) -> anyhow::Result<Self> {
+        let metrics = Arc::new(Metrics::with_limits(&router_metrics, limits));
         let trace = match &args.trace_file {
             Some(path) => Some(
                 TraceSink::open(path, metrics.clone())
@@ -243,6 +285,7 @@ impl Server {
             state,
             routes,
             shutdown_grace: args.shutdown_grace,
+            conn_limits: args.conn_limits(),
         })
     }
 
@@ -293,10 +336,12 @@ impl Server {
     }
 
     /// Serve until `shutdown` fires, then stop accepting, let in-flight requests finish for up
-    /// to the grace period, cancel the rest (engine aborts), and return once connections close.
+    /// to the grace period, cancel the rest (engine aborts), and close the connections still
+    /// open [`serving::FORCE_CLOSE_AFTER`] later (see [`serving`] for every connection limit).
     ///
     /// # Errors
-    /// Accept-loop I/O errors.
+    /// None today (accept errors are logged and retried); the `Result` leaves room for a TLS
+    /// acceptor's set-up errors.
     pub async fn serve(
         self,
         listener: TcpListener,
@@ -310,32 +355,18 @@ impl Server {
             .collect();
         let address = local.map(|a| a.to_string()).unwrap_or_default();
         tracing::info!(address = %address, routes = ?routes, workers = self.state.router.workers().len(), "genfront serving");
-        let state = self.state.clone();
-        let grace = self.shutdown_grace;
-        let sd = shutdown.clone();
-        let deadline = tokio::spawn(async move {
-            sd.cancelled().await;
-            tokio::time::sleep(grace).await;
-            let n = state.abort_all_for_shutdown();
-            if n > 0 {
-                tracing::warn!(
-                    aborted = n,
-                    "shutdown grace elapsed; aborted in-flight requests"
-                );
-            }
-        });
         let app = self.router();
-        // Small SSE frames must not wait for Nagle + delayed ACK (40 ms stalls per frame).
-        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        // `into_make_service`: each connection gets a clone of the router (an `Arc`); serving the
-        // `Router` itself rebuilds it per connection (`with_state`), ~6 KiB a connection.
-        axum::serve(listener, app.into_make_service())
-            .with_graceful_shutdown(shutdown.cancelled_owned())
-            .await
-            .context("server error")?;
-        deadline.abort();
+        let metrics = self.state.metrics.limits().clone();
+        serving::serve(
+            serving::TcpAcceptor(listener),
+            app,
+            self.state.clone(),
+            self.conn_limits.clone(),
+            metrics,
+            self.shutdown_grace,
+            shutdown,
+        )
+        .await;
         tracing::info!("genfront stopped");
         Ok(())
     }

@@ -350,6 +350,27 @@ impl WorkerSpec {
         })
     }
 
+    /// As [`WorkerSpec::connector`], with the engine time limits `timeouts` around the
+    /// connected engine ([`genfront_engine_http::TimedEngine`]: a hung engine ends its requests
+    /// with a 504 and counts as a worker failure); `observer` is told about every timeout.
+    pub fn timed_connector(
+        &self,
+        timeouts: genfront_engine_http::EngineTimeouts,
+        observer: Option<genfront_engine_http::TimeoutObserver>,
+    ) -> Connector {
+        let spec = self.clone();
+        Arc::new(move || {
+            let spec = spec.clone();
+            let observer = observer.clone();
+            Box::pin(async move {
+                let engine = spec.connect().await.map_err(|e| format!("{e:#}"))?;
+                Ok(Arc::new(genfront_engine_http::TimedEngine::new(
+                    engine, timeouts, observer,
+                )) as Arc<dyn Engine>)
+            })
+        })
+    }
+
     /// Connect to the worker.
     ///
     /// # Errors
