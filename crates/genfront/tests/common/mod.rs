@@ -184,6 +184,7 @@ pub async fn genfront(argv: &[String]) -> (String, Server, CancellationToken) {
         state: server.state.clone(),
         routes: server.routes.clone(),
         shutdown_grace: Duration::from_millis(100),
+        conn_limits: server.conn_limits.clone(),
     };
     tokio::spawn(serving.serve(listener, shutdown.clone()));
     (url, server, shutdown)
