@@ -98,9 +98,11 @@ fn outputs(logprobs: bool) -> Vec<EngineOutput> {
                                 token_id: token + k,
                                 logprob: -0.25 - f64::from(k) * 0.5,
                                 rank: Some(k + 1),
+                                text: None,
                             })
                             .collect(),
                         selected: Vec::new(),
+                        text: None,
                     }]
                 }),
                 usage: Some(Usage {

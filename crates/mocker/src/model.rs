@@ -412,6 +412,7 @@ impl Dist<'_> {
             token_id: token,
             logprob: self.logprob_at(rank),
             rank: Some(rank_1(rank)),
+            text: None,
         }
     }
 
@@ -423,6 +424,7 @@ impl Dist<'_> {
                 token_id: self.token_at(r),
                 logprob: self.logprob_at(r),
                 rank: Some(rank_1(r)),
+                text: None,
             })
             .collect()
     }
@@ -436,6 +438,7 @@ impl Dist<'_> {
             rank: c.rank,
             top: self.top(top_k),
             selected: selected.iter().map(|&t| self.candidate(t)).collect(),
+            text: None,
         }
     }
 }

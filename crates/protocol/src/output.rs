@@ -58,6 +58,13 @@ pub struct TokenLogprob {
     /// Logprobs of the explicitly requested token ids, in request order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub selected: Vec<Candidate>,
+    /// The engine's decoded text of this token, when it reports one: the token decoded on its
+    /// own (SGLang `return_text_in_logprobs`: the third slot of the logprob triple,
+    /// `tokenizer.batch_decode` per id; vLLM: `decoded_token` of prompt logprobs and the `token`
+    /// string of `output_mode: "text"` logprobs). `None`: the engine reported none (no
+    /// tokenizer, or not asked) — genfront has no tokenizer and never derives it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
 }
 
 /// One token and its logprob.
@@ -70,6 +77,17 @@ pub struct Candidate {
     /// 1-based rank, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rank: Option<u32>,
+    /// The engine's decoded text of this token, when it reports one (as [`TokenLogprob::text`]).
+    /// A candidate the engine named by its text only (vLLM `output_mode: "text"` alternatives
+    /// carry no id) has `token_id` [`Candidate::UNKNOWN_ID`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+}
+
+impl Candidate {
+    /// The `token_id` of a candidate the engine reported by its decoded text only (vLLM's
+    /// `output_mode: "text"` top logprobs are `{token, logprob, bytes}`, without an id).
+    pub const UNKNOWN_ID: u32 = u32::MAX;
 }
 
 /// Prompt logprobs for positions `start..prompt_len`.

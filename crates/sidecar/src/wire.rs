@@ -12,10 +12,10 @@
 
 use bytes::Bytes;
 use genfront_protocol::{
-    Bootstrap, Candidate, EngineError, EngineInfo, EngineOutput, EngineRequest, ErrorKind,
-    FinishReason, NativeBody, OutputOptions, PdLeg, PdRole, PromptLogprobOptions, PromptLogprobs,
-    RoutedExperts, RoutingHints, SamplingOptions, StopConditions, StopMatch, TokenLogprob, Usage,
-    Constraints, LogitBias, StructuredOutput,
+    Bootstrap, Candidate, Constraints, EngineError, EngineInfo, EngineOutput, EngineRequest,
+    ErrorKind, FinishReason, LogitBias, NativeBody, OutputOptions, PdLeg, PdRole,
+    PromptLogprobOptions, PromptLogprobs, RoutedExperts, RoutingHints, SamplingOptions,
+    StopConditions, StopMatch, StructuredOutput, TokenLogprob, Usage,
 };
 use serde_json::Value;
 
@@ -430,6 +430,7 @@ fn encode_token_logprob(t: TokenLogprob) -> pb::TokenLogprob {
         rank: t.rank,
         top: t.top.into_iter().map(encode_candidate).collect(),
         selected: t.selected.into_iter().map(encode_candidate).collect(),
+        text: t.text,
     }
 }
 
@@ -440,6 +441,7 @@ fn decode_token_logprob(t: pb::TokenLogprob) -> TokenLogprob {
         rank: t.rank,
         top: t.top.into_iter().map(decode_candidate).collect(),
         selected: t.selected.into_iter().map(decode_candidate).collect(),
+        text: t.text,
     }
 }
 
@@ -448,6 +450,7 @@ fn encode_candidate(c: Candidate) -> pb::Candidate {
         token_id: c.token_id,
         logprob: Some(c.logprob),
         rank: c.rank,
+        text: c.text,
     }
 }
 
@@ -456,6 +459,7 @@ fn decode_candidate(c: pb::Candidate) -> Candidate {
         token_id: c.token_id,
         logprob: c.logprob.unwrap_or_default(),
         rank: c.rank,
+        text: c.text,
     }
 }
 

@@ -3,9 +3,10 @@
 //! included; JSON with 64-bit integers and key order), and malformed messages are rejected.
 
 use genfront_protocol::{
-    Bootstrap, Candidate, Constraints, EngineError, EngineInfo, EngineOutput, EngineRequest, ErrorKind,
-    FinishReason, LogitBias, NativeBody, OutputOptions, PdLeg, PdRole, PromptLogprobOptions, PromptLogprobs,
-    RoutedExperts, RoutingHints, SamplingOptions, StopConditions, StopMatch, StructuredOutput, TokenLogprob, Usage,
+    Bootstrap, Candidate, Constraints, EngineError, EngineInfo, EngineOutput, EngineRequest,
+    ErrorKind, FinishReason, LogitBias, NativeBody, OutputOptions, PdLeg, PdRole,
+    PromptLogprobOptions, PromptLogprobs, RoutedExperts, RoutingHints, SamplingOptions,
+    StopConditions, StopMatch, StructuredOutput, TokenLogprob, Usage,
 };
 use genfront_sidecar::{WireError, pb, wire};
 use proptest::collection::vec;
@@ -54,6 +55,7 @@ fn candidate() -> impl Strategy<Value = Candidate> {
             token_id,
             logprob,
             rank,
+            text: None,
         }
     })
 }
@@ -72,6 +74,7 @@ fn token_logprob() -> impl Strategy<Value = TokenLogprob> {
             rank,
             top,
             selected,
+            text: None,
         })
 }
 
@@ -336,6 +339,7 @@ fn nan_payloads_and_negative_zero_keep_their_bits() {
                 token_id: 1,
                 logprob: -0.0,
                 rank: Some(0),
+                text: None,
             }],
             ..TokenLogprob::default()
         }]),

@@ -97,6 +97,7 @@ mod tests {
             token_id: id,
             logprob: lp,
             rank: None,
+            text: None,
         }
     }
 

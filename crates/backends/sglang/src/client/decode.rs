@@ -413,6 +413,7 @@ impl FrameDecoder {
                 rank,
                 top,
                 selected,
+                text: None,
             });
         }
         Ok(out)
@@ -483,6 +484,7 @@ impl FrameDecoder {
                 rank,
                 top,
                 selected,
+                text: None,
             }));
         }
         let covered = u32::try_from(len).unwrap_or(u32::MAX);
@@ -747,6 +749,7 @@ fn candidates(v: &Value, what: &str, ranked: bool) -> Result<Vec<Candidate>, Eng
             } else {
                 None
             },
+            text: None,
         });
     }
     Ok(out)
@@ -761,6 +764,7 @@ fn typed_candidates(row: Option<&[parse::Triple]>) -> Vec<Candidate> {
             token_id: id.unwrap_or_default(),
             logprob: logprob.unwrap_or(f64::NEG_INFINITY),
             rank: u32::try_from(j + 1).ok(),
+            text: None,
         })
         .collect()
 }
@@ -836,6 +840,7 @@ fn flat_top(
                     token_id: *ids.get(at)?,
                     logprob: *vals.get(at)?,
                     rank: u32::try_from(j + 1).ok(),
+                    text: None,
                 })
             })
             .collect();

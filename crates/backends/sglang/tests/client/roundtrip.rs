@@ -66,6 +66,7 @@ impl Rng {
                 token_id: self.token(),
                 logprob: self.logprob(allow_inf),
                 rank: None,
+                text: None,
             })
             .collect()
     }
@@ -186,8 +187,10 @@ fn token_logprob(rng: &mut Rng, req: &EngineRequest, id: u32, k: u32, inf: bool)
                 token_id: t,
                 logprob: rng.logprob(inf),
                 rank: None,
+                text: None,
             })
             .collect(),
+        text: None,
     }
 }
 

@@ -112,6 +112,7 @@ fn token_logprob(
                 token_id: (token_id + j) % 1000,
                 logprob: lp(seed, pos) - f64::from(j) * 0.5,
                 rank: Some(j + 1),
+                text: None,
             })
             .collect(),
         selected: req
@@ -122,8 +123,10 @@ fn token_logprob(
                 token_id: t,
                 logprob: lp(seed ^ t, pos),
                 rank: None,
+                text: None,
             })
             .collect(),
+        text: None,
     }
 }
 

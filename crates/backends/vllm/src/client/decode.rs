@@ -600,6 +600,7 @@ fn candidate(value: &Value) -> Option<Candidate> {
         token_id,
         logprob: logprob_of(value),
         rank: rank_of(value),
+        text: None,
     })
 }
 
@@ -660,6 +661,7 @@ fn output_logprobs(
                 token_id: token,
                 logprob: logprob_of(entry),
                 rank: rank_of(entry),
+                text: None,
             };
             let alternatives: Vec<Candidate> = match entry.get("top_logprobs") {
                 Some(Value::Array(items)) => items.iter().filter_map(candidate).collect(),
@@ -690,6 +692,7 @@ fn output_logprobs(
                 rank: own.rank,
                 top,
                 selected: chosen,
+                text: None,
             })
         })
         .collect()
@@ -709,6 +712,7 @@ fn prompt_entry(value: &Value, token: u32, k: usize) -> Option<TokenLogprob> {
             token_id: id,
             logprob: logprob_of(v),
             rank: rank_of(v),
+            text: None,
         };
         if id == token && own.is_none() {
             own = Some(c);
@@ -723,5 +727,6 @@ fn prompt_entry(value: &Value, token: u32, k: usize) -> Option<TokenLogprob> {
         rank: own.rank,
         top: with_own_token(others, own, k),
         selected: Vec::new(),
+        text: None,
     })
 }

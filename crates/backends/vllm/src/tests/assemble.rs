@@ -303,6 +303,7 @@ fn logprob_rules() {
             rank: Some(0),
             top: vec![],
             selected: vec![],
+            text: None,
         },
         // rank 0 is null.
         TokenLogprob {
@@ -313,8 +314,10 @@ fn logprob_rules() {
                 token_id: 4,
                 logprob: -0.2,
                 rank: Some(1),
+                text: None,
             }],
             selected: vec![],
+            text: None,
         },
     ]);
     d.finish_reason = length(4);
@@ -346,19 +349,23 @@ fn missing_logprobs_and_selected_ids() {
             token_id: 99,
             logprob: -0.01,
             rank: Some(1),
+            text: None,
         }],
         selected: vec![
             Candidate {
                 token_id: 3,
                 logprob: -4.0,
                 rank: Some(9),
+                text: None,
             },
             Candidate {
                 token_id: 4,
                 logprob: -5.0,
                 rank: None,
+                text: None,
             },
         ],
+        text: None,
     }]);
     let out = run_unary(p, vec![first, finished(delta(0, &[7]), length(3))]);
     assert_eq!(

@@ -37,9 +37,11 @@ fn build(choices: &[Vec<Step>], logprobs: bool, picks: &[usize]) -> Vec<EngineOu
                                     token_id: *t,
                                     logprob: *l,
                                     rank: Some(r as u32 + 1),
+                                    text: None,
                                 })
                                 .collect(),
                             selected: Vec::new(),
+                            text: None,
                         });
                 }
                 if *cut || i + 1 == steps.len() {

@@ -135,9 +135,11 @@ pub fn lp(token: u32, logprob: f64, rank: u32, top: &[(u32, f64)]) -> TokenLogpr
                 token_id: *id,
                 logprob: *l,
                 rank: Some(i as u32 + 1),
+                text: None,
             })
             .collect(),
         selected: Vec::new(),
+        text: None,
     }
 }
 

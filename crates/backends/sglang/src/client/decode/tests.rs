@@ -131,19 +131,23 @@ fn output_logprobs_both_shapes() {
                 Candidate {
                     token_id: 5,
                     logprob: -0.5,
-                    rank: Some(1)
+                    rank: Some(1),
+                    text: None
                 },
                 Candidate {
                     token_id: 6,
                     logprob: -1.5,
-                    rank: Some(2)
+                    rank: Some(2),
+                    text: None
                 },
             ],
             selected: vec![Candidate {
                 token_id: 8,
                 logprob: -4.0,
-                rank: None
+                rank: None,
+                text: None
             }],
+            text: None,
         }])
     );
     let extra = json!({

@@ -386,6 +386,7 @@ fn cand(token_id: u32, logprob: f64, rank: u32) -> Candidate {
         token_id,
         logprob,
         rank: Some(rank),
+        text: None,
     }
 }
 
@@ -440,6 +441,7 @@ fn logprob_token_ids_fill_selected_in_request_order() {
             rank: Some(2),
             top: Vec::new(),
             selected: vec![cand(40, -4.0, 30), cand(5, -0.9, 2), cand(40, -4.0, 30)],
+            text: None,
         }
     );
 }

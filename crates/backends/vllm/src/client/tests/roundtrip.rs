@@ -136,6 +136,7 @@ fn ranked(token: u32, rank: u32, base: f64, k: u32) -> TokenLogprob {
             },
             logprob: base - f64::from(i) * 0.75,
             rank: Some(i + 1),
+            text: None,
         })
         .collect();
     let own = &list[(rank - 1) as usize];
@@ -145,6 +146,7 @@ fn ranked(token: u32, rank: u32, base: f64, k: u32) -> TokenLogprob {
         rank: own.rank,
         top: list[..k as usize].to_vec(),
         selected: Vec::new(),
+        text: None,
     }
 }
 
@@ -153,6 +155,7 @@ fn score(id: u32, pos: usize) -> Candidate {
         token_id: id,
         logprob: -f64::from(id % 97) / 8.0 - pos as f64 * 0.01,
         rank: Some(1 + id % 50),
+        text: None,
     }
 }
 
@@ -164,6 +167,7 @@ fn selected(token: u32, ids: &[u32], pos: usize) -> TokenLogprob {
         rank: own.rank,
         top: Vec::new(),
         selected: ids.iter().map(|id| score(*id, pos)).collect(),
+        text: None,
     }
 }
 
