@@ -4,7 +4,7 @@
 
 use genfront_format::GenerateError;
 use genfront_protocol::{
-    EngineInfo, EngineRequest, NativeBody, OutputOptions, PromptLogprobOptions, RoutingHints,
+    Constraints, EngineInfo, EngineRequest, NativeBody, OutputOptions, PromptLogprobOptions, RoutingHints,
     SamplingOptions, StopConditions,
 };
 use serde_json::{Number, Value};
@@ -405,6 +405,16 @@ impl Item {
             routed_experts_start: s.routed_experts_start,
             return_prompt_token_ids: s.return_prompt_token_ids,
         };
+        // What a non-SGLang engine needs besides the typed fields (module `request`'s and
+        // `sampling`'s key tables), read from the item's own native body.
+        let native_only = crate::request::native_only(&body, s.token_ids.is_empty());
+        let constraints = match body.get("sampling_params") {
+            Some(Value::Object(sp)) => Constraints {
+                logit_bias: crate::sampling::logit_bias(sp).unwrap_or_default(),
+                structured: crate::sampling::structured(sp),
+            },
+            _ => Constraints::default(),
+        };
         let request = EngineRequest {
             request_id: String::new(),
             token_ids: s.token_ids,
@@ -414,7 +424,9 @@ impl Item {
                     .map(|m| u32::try_from(m.max(0)).unwrap_or(u32::MAX)),
                 min_tokens: u32::try_from(sp.min_new_tokens().max(0)).unwrap_or(u32::MAX),
                 stop_token_ids: sp.stop_token_ids.clone(),
-                stop: Vec::new(),
+                // The engine matches them (the format refused them for an engine without a
+                // tokenizer).
+                stop: sp.stop_strings(),
                 ignore_eos: sp.ignore_eos,
             },
             sampling: SamplingOptions {
@@ -451,8 +463,8 @@ impl Item {
                 format: FORMAT_NAME.to_owned(),
                 body,
             },
-            constraints: Default::default(),
-            native_only: Vec::new(),
+            constraints,
+            native_only,
         };
         (request, config)
     }

@@ -51,6 +51,69 @@ use http::{Method, StatusCode};
 pub use abort::parse_abort;
 pub use client::{SglangEngine, SglangEngineOptions};
 pub use item::{EMBEDS_UNSUPPORTED, TEXT_UNSUPPORTED};
+pub use request::REQUEST_KEYS;
+pub use sampling::SAMPLING_KEYS;
+
+/// How one key of SGLang's `/generate` schema reaches an engine that is not SGLang (a vLLM
+/// server behind the vLLM client). An SGLang engine always gets the client's native body, every
+/// key included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Carry {
+    /// Carried in the typed [`EngineRequest`](genfront_protocol::EngineRequest) (a field, the
+    /// constraints, the routing hints), so every engine kind receives it in its own spelling.
+    Typed,
+    /// Owned by genfront by design: ids it mints (`rid`), the streaming mode, the batch shape.
+    Owned,
+    /// Rendered by this format from typed engine output (the answer's shape), never an engine's
+    /// concern.
+    Rendered,
+    /// Refused by this format with SGLang's native 400 whatever the engine (e.g. a server flag
+    /// genfront's engines do not have, or a field the router owns).
+    Refused,
+    /// No typed counterpart: when set to other than its default the projection records it in
+    /// [`EngineRequest::native_only`](genfront_protocol::EngineRequest::native_only), and an
+    /// engine client of another kind refuses the request with a 400 naming it.
+    NativeOnly(Unset),
+}
+
+/// What "not set" means for a [`Carry::NativeOnly`] key: `null` always; and the key's default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unset {
+    /// `false`, `""`, `[]`, `{}` (the key defaults to `None` / `False`).
+    Empty,
+    /// `true` (the key defaults to `True`).
+    True,
+}
+
+impl Unset {
+    /// Whether `value` leaves the key at its default.
+    pub fn is_unset(self, value: &serde_json::Value) -> bool {
+        use serde_json::Value;
+        match (self, value) {
+            (_, Value::Null) => true,
+            (Unset::True, Value::Bool(b)) => *b,
+            (Unset::True, _) => false,
+            (Unset::Empty, Value::Bool(b)) => !*b,
+            (Unset::Empty, Value::String(s)) => s.is_empty(),
+            (Unset::Empty, Value::Array(a)) => a.is_empty(),
+            (Unset::Empty, Value::Object(o)) => o.is_empty(),
+            (Unset::Empty, Value::Number(_)) => false,
+        }
+    }
+}
+
+/// One key of the schema and how it is carried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchemaKey {
+    /// The key as the client spells it.
+    pub key: &'static str,
+    /// How it reaches a non-SGLang engine.
+    pub carry: Carry,
+}
+
+const fn key(key: &'static str, carry: Carry) -> SchemaKey {
+    SchemaKey { key, carry }
+}
 
 use crate::assemble::{Mode, SglangAssembler};
 

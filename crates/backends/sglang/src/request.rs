@@ -17,6 +17,116 @@ use crate::json::{
 };
 use crate::pyfmt::str_list_repr;
 use crate::sampling::SamplingParams;
+use crate::{
+    Carry::{NativeOnly, Owned, Refused, Rendered, Typed},
+    SchemaKey, Unset,
+    Unset::Empty,
+    key,
+};
+
+/// Every top-level key of SGLang's `GenerateReqInput` (`io_struct.py`, the fields a client may
+/// send) and how it reaches a non-SGLang engine; `sampling_params` holds [`crate::SAMPLING_KEYS`].
+/// The projection records the set [`Carry::NativeOnly`](crate::Carry::NativeOnly) keys from this
+/// list, so a key added here is refused on another engine until it is carried.
+pub const REQUEST_KEYS: &[SchemaKey] = &[
+    key("rid", Owned),
+    // The prompt: ids are typed; a text-only prompt has no typed form and is recorded as
+    // `text` in `native_only` (only an engine that tokenizes it can serve it).
+    key("text", Typed),
+    key("input_ids", Typed),
+    key("input_embeds", Refused),
+    key("image_data", NativeOnly(Empty)),
+    key("video_data", NativeOnly(Empty)),
+    key("audio_data", NativeOnly(Empty)),
+    key("use_audio_in_video", NativeOnly(Empty)),
+    key("video_config", NativeOnly(Empty)),
+    key("modalities", NativeOnly(Empty)),
+    key("mm_hashes", NativeOnly(Empty)),
+    key("mm_content_hashes", NativeOnly(Empty)),
+    key("sampling_params", Typed),
+    key("return_logprob", Typed),
+    key("logprob_start_len", Typed),
+    key("top_logprobs_num", Typed),
+    key("token_ids_logprob", Typed),
+    key("return_text_in_logprobs", NativeOnly(Empty)),
+    key("return_sampling_mask", Typed),
+    key("return_flat_raw_top_logprobs", Rendered),
+    key("return_flat_raw_top_logprobs_b64", Rendered),
+    key("stream", Owned),
+    key("log_metrics", NativeOnly(Unset::True)),
+    key("return_hidden_states", Refused),
+    key("return_routed_experts", Typed),
+    key("routed_experts_start_len", Typed),
+    key("return_indexer_topk", NativeOnly(Empty)),
+    key("session_id", Typed),
+    key("session_params", NativeOnly(Empty)),
+    key("lora_path", Typed),
+    key("lora_id", NativeOnly(Empty)),
+    key("custom_logit_processor", Refused),
+    key("positional_embed_overrides", NativeOnly(Empty)),
+    key("bootstrap_host", Refused),
+    key("bootstrap_port", Refused),
+    key("bootstrap_room", Refused),
+    key("bootstrap_pair_key", NativeOnly(Empty)),
+    key("decode_tp_size", NativeOnly(Empty)),
+    key("require_reasoning", NativeOnly(Empty)),
+    key("routed_dp_rank", Typed),
+    key("disagg_prefill_dp_rank", NativeOnly(Empty)),
+    key("data_parallel_rank", Typed),
+    key("background", NativeOnly(Empty)),
+    key("conversation_id", NativeOnly(Empty)),
+    key("kv_router_hint", NativeOnly(Empty)),
+    key("routing_key", NativeOnly(Empty)),
+    key("priority", Typed),
+    key("extra_key", Typed),
+    key("cache_salt", Typed),
+    key("max_thinking_tokens", Refused),
+    key("no_logs", NativeOnly(Empty)),
+    key("custom_labels", NativeOnly(Empty)),
+    key("return_bytes", NativeOnly(Empty)),
+    key("return_entropy", NativeOnly(Empty)),
+    key("return_prompt_token_ids", Rendered),
+    key("external_trace_header", NativeOnly(Empty)),
+    key("received_time", NativeOnly(Empty)),
+    key("http_worker_ipc", NativeOnly(Empty)),
+    key("need_wait_for_mm_inputs", NativeOnly(Empty)),
+    key("num_items_assigned", NativeOnly(Empty)),
+    key("encoder_urls", NativeOnly(Empty)),
+    key("images_config", NativeOnly(Empty)),
+    key("max_dynamic_patch", NativeOnly(Empty)),
+    key("min_dynamic_patch", NativeOnly(Empty)),
+    key("image_max_dynamic_patch", NativeOnly(Empty)),
+    key("video_max_dynamic_patch", NativeOnly(Empty)),
+    key("multi_item_delimiter_indices", NativeOnly(Empty)),
+];
+
+/// The set keys of one item body (top level, then `sampling_params`) that have no typed
+/// counterpart, as dotted paths in body order: [`Carry::NativeOnly`](crate::Carry::NativeOnly)
+/// keys whose value is not their default, and `text` for a text-only prompt. Keys outside the
+/// schema are not listed: SGLang itself ignores unknown top-level keys.
+pub(crate) fn native_only(body: &Value, text_prompt: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    let Value::Object(obj) = body else {
+        return out;
+    };
+    for (k, v) in obj {
+        if k == "text" && text_prompt && !v.is_null() {
+            out.push(k.clone());
+        } else if k == "sampling_params"
+            && let Value::Object(sp) = v
+        {
+            out.extend(crate::sampling::native_only(sp));
+        } else if let Some(SchemaKey {
+            carry: NativeOnly(unset),
+            ..
+        }) = REQUEST_KEYS.iter().find(|s| s.key == k)
+            && !unset.is_unset(v)
+        {
+            out.push(k.clone());
+        }
+    }
+    out
+}
 
 /// A validated, normalized `/generate` request: one [`Item`] per engine request (batch items ×
 /// parallel samples, batch-major, as SGLang's `_handle_batch_request` orders them).

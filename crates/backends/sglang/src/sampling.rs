@@ -2,13 +2,122 @@
 //! `verify` rules (`python/sglang/srt/sampling/sampling_params.py`), with its exact messages.
 //!
 //! Only the keys genfront projects are read; every other key (`skip_special_tokens`,
-//! `no_stop_trim`, `custom_params`, future keys…) stays untouched in the native body.
+//! `no_stop_trim`, `custom_params`, future keys…) stays untouched in the native body, and
+//! [`SAMPLING_KEYS`] says which of them another engine kind gets typed or must refuse.
 
 use genfront_format::GenerateError;
+use genfront_protocol::{LogitBias, StructuredOutput};
 use serde_json::{Number, Value};
+
+use crate::{
+    Carry::{NativeOnly, Refused, Typed},
+    SchemaKey, Unset,
+    Unset::Empty,
+    key,
+};
 
 use crate::json::{self, Obj, int_of, num_of, present, type_error};
 use crate::pyfmt::{PyNum, str_list_repr, str_repr};
+
+/// Every key of SGLang's `SamplingParams` a client may send (`sampling_params.py`, the API
+/// fields; `beam_width` is read by `io_struct`) and how it reaches a non-SGLang engine.
+///
+/// Typed: the limits, penalties and sampling knobs, `stop` strings (an engine with a tokenizer
+/// matches them), `stop_token_ids`, `ignore_eos`, `sampling_seed`, `logit_bias`
+/// ([`genfront_protocol::Constraints::logit_bias`]) and the grammar that SGLang's scheduler picks
+/// — `json_schema`, else `regex`, else `ebnf`, else a non-empty `structural_tag`
+/// ([`genfront_protocol::StructuredOutput`]). `n` fans out into `n` engine requests.
+pub const SAMPLING_KEYS: &[SchemaKey] = &[
+    key("max_new_tokens", Typed),
+    key("stop", Typed),
+    key("stop_token_ids", Typed),
+    key("stop_regex", NativeOnly(Empty)),
+    key("temperature", Typed),
+    key("top_p", Typed),
+    key("top_k", Typed),
+    key("min_p", Typed),
+    key("frequency_penalty", Typed),
+    key("presence_penalty", Typed),
+    key("repetition_penalty", Typed),
+    key("min_new_tokens", Typed),
+    key("n", Typed),
+    key("json_schema", Typed),
+    key("regex", Typed),
+    key("ebnf", Typed),
+    key("structural_tag", Typed),
+    key("ignore_eos", Typed),
+    key("skip_special_tokens", NativeOnly(Unset::True)),
+    key("spaces_between_special_tokens", NativeOnly(Unset::True)),
+    key("no_stop_trim", NativeOnly(Empty)),
+    key("custom_params", NativeOnly(Empty)),
+    key("stream_interval", NativeOnly(Empty)),
+    key("logit_bias", Typed),
+    key("sampling_seed", Typed),
+    key("beam_width", Refused),
+];
+
+/// The set [`Carry::NativeOnly`](crate::Carry::NativeOnly) keys of one `sampling_params`
+/// object as `sampling_params.<key>`, plus `sampling_params.logit_bias` when an entry cannot be
+/// carried typed (a value that is not a number).
+pub(crate) fn native_only(sp: &Obj) -> Vec<String> {
+    let mut out = Vec::new();
+    for (k, v) in sp {
+        let unset = match SAMPLING_KEYS.iter().find(|s| s.key == k) {
+            Some(SchemaKey {
+                carry: NativeOnly(unset),
+                ..
+            }) => *unset,
+            _ if k == "logit_bias" && !v.is_null() && logit_bias(sp).is_none() => {
+                out.push(format!("sampling_params.{k}"));
+                continue;
+            }
+            _ => continue,
+        };
+        if !unset.is_unset(v) {
+            out.push(format!("sampling_params.{k}"));
+        }
+    }
+    out
+}
+
+/// `logit_bias` as typed entries, in the client's order (`None` when an entry cannot be carried:
+/// a key that is not a token id or a value that is not a number). Absent or `null`: empty.
+pub(crate) fn logit_bias(sp: &Obj) -> Option<Vec<LogitBias>> {
+    let Some(Value::Object(map)) = present(sp, "logit_bias") else {
+        return Some(Vec::new());
+    };
+    map.iter()
+        .map(|(k, v)| {
+            Some(LogitBias {
+                token_id: parse_py_int(k).and_then(|id| u32::try_from(id).ok())?,
+                bias: v.as_f64()?,
+            })
+        })
+        .collect()
+}
+
+/// The grammar SGLang's scheduler compiles for these params (`json_schema`, else `regex`, else
+/// `ebnf`, else a non-empty `structural_tag`); a non-string value is carried as its JSON text.
+pub(crate) fn structured(sp: &Obj) -> Option<StructuredOutput> {
+    let text = |key: &str| {
+        present(sp, key).map(|v| match v {
+            Value::String(s) => s.clone(),
+            v => v.to_string(),
+        })
+    };
+    if let Some(t) = text("json_schema") {
+        return Some(StructuredOutput::JsonSchema(t));
+    }
+    if let Some(t) = text("regex") {
+        return Some(StructuredOutput::Regex(t));
+    }
+    if let Some(t) = text("ebnf") {
+        return Some(StructuredOutput::Grammar(t));
+    }
+    text("structural_tag")
+        .filter(|t| !t.is_empty())
+        .map(StructuredOutput::StructuralTag)
+}
 
 /// SGLang's default `max_new_tokens` (the code default; old docs said 16).
 pub(crate) const DEFAULT_MAX_NEW_TOKENS: i128 = 128;
@@ -282,6 +391,11 @@ impl SamplingParams {
         self.min_new_tokens
             .as_ref()
             .map_or_else(|| "0".to_owned(), |n| PyNum(n).to_string())
+    }
+
+    /// `stop` strings, normalized to a list (empty when absent or `null`).
+    pub(crate) fn stop_strings(&self) -> Vec<String> {
+        self.stop.clone().unwrap_or_default()
     }
 
     /// `temperature` as sent (`None` = engine default).

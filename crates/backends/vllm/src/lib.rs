@@ -127,6 +127,72 @@ use genfront_protocol::EngineInfo;
 use http::{Method, StatusCode};
 
 pub use abort::{ABORT_PATH, parse_abort};
+pub use request::{REQUEST_KEYS, SAMPLING_KEYS, STRUCTURED_OUTPUT_KEYS};
+
+/// How one key of vLLM's `GenerateRequest` schema reaches an engine that is not vLLM (an SGLang
+/// server behind the SGLang client). A vLLM engine always gets the client's native body, every
+/// key included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Carry {
+    /// Carried in the typed [`EngineRequest`](genfront_protocol::EngineRequest) (a field, the
+    /// constraints, the routing hints), so every engine kind receives it in its own spelling.
+    Typed,
+    /// Owned by genfront by design: ids it mints (`request_id`), the streaming mode.
+    Owned,
+    /// Rendered by this format from typed engine output (the answer's shape).
+    Rendered,
+    /// Refused by this format with vLLM's native 400 whatever the engine.
+    Refused,
+    /// Without effect on a vLLM generate request itself (vLLM ignores or overrides it), so no
+    /// engine needs it.
+    Inert,
+    /// No typed counterpart: when set to other than its default the projection records it in
+    /// [`EngineRequest::native_only`](genfront_protocol::EngineRequest::native_only), and an
+    /// engine client of another kind refuses the request with a 400 naming it.
+    NativeOnly(Unset),
+}
+
+/// What "not set" means for a [`Carry::NativeOnly`] key: `null` always; and the key's default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unset {
+    /// `false`, `""`, `[]`, `{}` (the key defaults to `None` / `False`).
+    Empty,
+    /// `true` (the key defaults to `True`).
+    True,
+    /// `0` (the key defaults to 0).
+    Zero,
+}
+
+impl Unset {
+    /// Whether `value` leaves the key at its default.
+    pub fn is_unset(self, value: &serde_json::Value) -> bool {
+        use serde_json::Value;
+        match (self, value) {
+            (_, Value::Null) => true,
+            (Unset::True, Value::Bool(b)) => *b,
+            (Unset::True, _) => false,
+            (Unset::Zero, Value::Number(n)) => n.as_f64() == Some(0.0),
+            (Unset::Empty | Unset::Zero, Value::Bool(b)) => !*b,
+            (Unset::Empty | Unset::Zero, Value::String(s)) => s.is_empty(),
+            (Unset::Empty | Unset::Zero, Value::Array(a)) => a.is_empty(),
+            (Unset::Empty | Unset::Zero, Value::Object(o)) => o.is_empty(),
+            (Unset::Empty, Value::Number(_)) => false,
+        }
+    }
+}
+
+/// One key of the schema and how it is carried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchemaKey {
+    /// The key as the client spells it.
+    pub key: &'static str,
+    /// How it reaches a non-vLLM engine.
+    pub carry: Carry,
+}
+
+const fn key(key: &'static str, carry: Carry) -> SchemaKey {
+    SchemaKey { key, carry }
+}
 pub use client::{CANCELLED_MESSAGE, MAX_CANCEL_GRACE, VllmEngine, VllmEngineOptions};
 pub use project::{FORMAT_NAME, REQUEST_ID_PREFIX};
 pub use validate::{MAX_LOGPROB_TOKEN_IDS, MAX_N_SEQUENCES};

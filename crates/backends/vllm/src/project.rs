@@ -2,7 +2,7 @@
 //! response settings its assembler needs.
 
 use genfront_protocol::{
-    EngineInfo, EngineRequest, NativeBody, OutputOptions, PdLeg, PdRole, PromptLogprobOptions,
+    Constraints, EngineInfo, EngineRequest, NativeBody, OutputOptions, PdLeg, PdRole, PromptLogprobOptions,
     RoutingHints, SamplingOptions, StopConditions,
 };
 use http::HeaderMap;
@@ -152,6 +152,14 @@ pub(crate) fn project(
     });
     let prompt_len = u32::try_from(r.token_ids.len()).unwrap_or(u32::MAX);
     let n = clamp_u32(s.n);
+    let native_only = crate::request::native_only(&map);
+    let constraints = match map.get("sampling_params") {
+        Some(Value::Object(sp)) => Constraints {
+            logit_bias: crate::request::logit_bias(sp).unwrap_or_default(),
+            structured: crate::request::structured(sp),
+        },
+        _ => Constraints::default(),
+    };
 
     let request = EngineRequest {
         request_id: String::new(),
@@ -159,7 +167,8 @@ pub(crate) fn project(
             max_tokens: resolved.max_tokens,
             min_tokens: clamp_u32(s.min_tokens),
             stop_token_ids,
-            stop: Vec::new(),
+            // The engine matches them (the format refused them for one without a tokenizer).
+            stop: s.stop.clone(),
             ignore_eos: s.ignore_eos,
         },
         sampling: SamplingOptions {
@@ -203,8 +212,8 @@ pub(crate) fn project(
             format: FORMAT_NAME.to_owned(),
             body: Value::Object(map),
         },
-        constraints: Default::default(),
-        native_only: Vec::new(),
+        constraints,
+        native_only,
         token_ids: r.token_ids,
     };
     let options = r.stream_options.unwrap_or_default();

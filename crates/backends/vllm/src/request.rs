@@ -6,6 +6,7 @@
 //! like pydantic collects them (every field, in declaration order) and reported together.
 
 use genfront_format::GenerateError;
+use genfront_protocol::{LogitBias, StructuredOutput};
 use http::HeaderMap;
 use serde_json::{Map, Value};
 
@@ -16,6 +17,178 @@ use crate::schema::{
     to_float, to_int, to_str,
 };
 use crate::validate;
+use crate::{
+    Carry::{Inert, NativeOnly, Owned, Refused, Rendered, Typed},
+    SchemaKey, Unset,
+    Unset::{Empty, Zero},
+    key,
+};
+
+/// Every top-level key of vLLM 0.33.0's `GenerateRequest` (`token_in_token_out/protocol.py`)
+/// and how it reaches a non-vLLM engine; `sampling_params` holds [`SAMPLING_KEYS`]. The
+/// projection records the set [`Carry::NativeOnly`](crate::Carry::NativeOnly) keys from this
+/// list, so a key added here is refused on another engine until it is carried.
+pub const REQUEST_KEYS: &[SchemaKey] = &[
+    key("request_id", Owned),
+    key("token_ids", Typed),
+    // Filled by `/render` for `return_token_offsets`; generate does not read them.
+    key("token_offsets", Inert),
+    key("features", NativeOnly(Empty)),
+    key("content_parts", NativeOnly(Empty)),
+    key("sampling_params", Typed),
+    // The base model (nothing to carry) or a LoRA adapter (`RoutingHints::lora`).
+    key("model", Typed),
+    key("reasoning_ended", NativeOnly(Empty)),
+    key("reasoning_parser_kwargs", NativeOnly(Empty)),
+    key("return_token_ids", Rendered),
+    key("output_mode", Refused),
+    // Read only for `output_mode="derender"`, which is refused.
+    key("parse_context", Inert),
+    key("stream", Owned),
+    key("stream_options", Owned),
+    key("cache_salt", Typed),
+    key("priority", Typed),
+    // `EngineRequest::handoff`; an SGLang engine refuses it by name.
+    key("kv_transfer_params", Typed),
+    key("ec_transfer_params", NativeOnly(Empty)),
+];
+
+/// Every public key of vLLM 0.33.0's `SamplingParams` (`sampling_params.py`) and how it reaches
+/// a non-vLLM engine. Typed: the limits, penalties and sampling knobs, `stop` strings (an engine
+/// with a tokenizer matches them), the logprob options, `logit_bias`
+/// ([`genfront_protocol::Constraints::logit_bias`]) and `structured_outputs`
+/// ([`STRUCTURED_OUTPUT_KEYS`]).
+pub const SAMPLING_KEYS: &[SchemaKey] = &[
+    key("n", Typed),
+    key("presence_penalty", Typed),
+    key("frequency_penalty", Typed),
+    key("repetition_penalty", Typed),
+    key("temperature", Typed),
+    key("top_p", Typed),
+    key("top_k", Typed),
+    key("min_p", Typed),
+    key("seed", Typed),
+    key("stop", Typed),
+    key("stop_token_ids", Typed),
+    key("ignore_eos", Typed),
+    key("max_tokens", Typed),
+    key("min_tokens", Typed),
+    key("logprobs", Typed),
+    key("prompt_logprobs", Typed),
+    key("detokenize", NativeOnly(Unset::True)),
+    key("skip_special_tokens", NativeOnly(Unset::True)),
+    key("spaces_between_special_tokens", NativeOnly(Unset::True)),
+    key("include_stop_str_in_output", NativeOnly(Empty)),
+    // The server sets it from `stream` (`serve_tokens`).
+    key("output_kind", Inert),
+    key("stream_interval", NativeOnly(Empty)),
+    key("skip_clone", NativeOnly(Empty)),
+    key("output_text_buffer_length", NativeOnly(Zero)),
+    key("watermarking", NativeOnly(Empty)),
+    key("structured_outputs", Typed),
+    key("logit_bias", Typed),
+    key("allowed_token_ids", NativeOnly(Empty)),
+    key("extra_args", NativeOnly(Empty)),
+    key("bad_words", NativeOnly(Empty)),
+    key("skip_reading_prefix_cache", NativeOnly(Empty)),
+    key("thinking_token_budget", NativeOnly(Empty)),
+    key("repetition_detection", NativeOnly(Empty)),
+    // Effective only with routed experts on (`--enable-return-routed-experts`), as on vLLM.
+    key("routed_experts_prompt_start", Typed),
+    key("trace_decode_token_ids", NativeOnly(Empty)),
+    key("prompt_logprob_token_ids", NativeOnly(Empty)),
+    key("prompt_logprob_start", Typed),
+    key("logprob_token_ids", Typed),
+    key("flat_logprobs", NativeOnly(Empty)),
+];
+
+/// The keys of `StructuredOutputsParams`: the constraint kinds SGLang shares are typed
+/// ([`genfront_protocol::StructuredOutput`]: `json` → JSON schema, `regex`, `grammar` → EBNF,
+/// `structural_tag`); `choice`, `json_object` and the options have no SGLang counterpart.
+pub const STRUCTURED_OUTPUT_KEYS: &[SchemaKey] = &[
+    key("json", Typed),
+    key("regex", Typed),
+    key("choice", NativeOnly(Empty)),
+    key("grammar", Typed),
+    key("json_object", NativeOnly(Empty)),
+    key("structural_tag", Typed),
+    key("disable_fallback", NativeOnly(Empty)),
+    key("disable_any_whitespace", NativeOnly(Empty)),
+    key("disable_additional_properties", NativeOnly(Empty)),
+    key("whitespace_pattern", NativeOnly(Empty)),
+];
+
+fn set_keys<'a>(
+    table: &'static [SchemaKey],
+    obj: &'a Map<String, Value>,
+) -> impl Iterator<Item = &'a String> + 'a {
+    obj.iter().filter_map(move |(k, v)| match table.iter().find(|s| s.key == k) {
+        Some(SchemaKey {
+            carry: NativeOnly(unset),
+            ..
+        }) if !unset.is_unset(v) => Some(k),
+        _ => None,
+    })
+}
+
+/// The set keys of a request body that have no typed counterpart, as dotted paths in body order
+/// ([`EngineRequest::native_only`](genfront_protocol::EngineRequest::native_only)), plus
+/// `sampling_params.logit_bias` when an entry cannot be carried typed. Keys outside the schema
+/// are not listed.
+pub(crate) fn native_only(map: &Map<String, Value>) -> Vec<String> {
+    let mut out: Vec<String> = set_keys(REQUEST_KEYS, map).cloned().collect();
+    if let Some(Value::Object(sp)) = map.get("sampling_params") {
+        for (k, v) in sp {
+            if k == "structured_outputs"
+                && let Value::Object(so) = v
+            {
+                out.extend(
+                    set_keys(STRUCTURED_OUTPUT_KEYS, so)
+                        .map(|k| format!("sampling_params.structured_outputs.{k}")),
+                );
+            } else if k == "logit_bias" && logit_bias(sp).is_none() {
+                out.push("sampling_params.logit_bias".to_owned());
+            } else if set_keys(SAMPLING_KEYS, sp).any(|s| s == k) {
+                out.push(format!("sampling_params.{k}"));
+            }
+        }
+    }
+    out
+}
+
+/// `sampling_params.logit_bias` as typed entries in the client's order (pydantic's lax int keys
+/// and float values); `None` when an entry is not a token id and a finite number.
+pub(crate) fn logit_bias(sp: &Map<String, Value>) -> Option<Vec<LogitBias>> {
+    let Some(Value::Object(m)) = sp.get("logit_bias") else {
+        return Some(Vec::new());
+    };
+    m.iter()
+        .map(|(k, v)| {
+            let id = to_int(&Value::String(k.clone())).ok()?.get();
+            Some(LogitBias {
+                token_id: u32::try_from(id).ok()?,
+                bias: to_float(v).ok().filter(|b| b.is_finite())?,
+            })
+        })
+        .collect()
+}
+
+/// The constraint of `sampling_params.structured_outputs` in typed form (`json` as JSON text
+/// when given as a dict); `None` for none or for a kind SGLang does not share.
+pub(crate) fn structured(sp: &Map<String, Value>) -> Option<StructuredOutput> {
+    let so = sp.get("structured_outputs")?.as_object()?;
+    let text = |key: &str| {
+        so.get(key).filter(|v| !v.is_null()).map(|v| match v {
+            Value::String(s) => s.clone(),
+            v => v.to_string(),
+        })
+    };
+    text("json")
+        .map(StructuredOutput::JsonSchema)
+        .or_else(|| text("regex").map(StructuredOutput::Regex))
+        .or_else(|| text("grammar").map(StructuredOutput::Grammar))
+        .or_else(|| text("structural_tag").map(StructuredOutput::StructuralTag))
+}
 
 /// `stream_options` (`StreamOptions` in `generate/base/protocol.py`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -9,8 +9,12 @@
 //!   the routing hints when the body names no DP rank, and the router-owned P/D bootstrap fields
 //!   from `request.pd` (see below). Keys the body lacks are appended at the end.
 //! - **Typed body** (any other format, e.g. a vLLM client on an SGLang engine, or a request
-//!   without a native body object): built from the typed request only. What SGLang cannot produce is refused with
-//!   [`EngineError::unsupported`] before anything is sent.
+//!   without a native body object): built from the typed request only, constraints included
+//!   (`logit_bias` with string ids; the grammar as `json_schema` / `regex` / `ebnf` /
+//!   `structural_tag`). What SGLang cannot produce is refused with [`EngineError::unsupported`]
+//!   before anything is sent: a request with [`EngineRequest::native_only`] keys (named, by the
+//!   client's spelling, in the message), `kv_transfer_params`, routed experts or sampling masks
+//!   the engine cannot report.
 //! - **Parallel samples** (`sampling.n > 1`): SGLang's own fan-out gives each copy a fresh uuid rid
 //!   that an `/abort_request` for the dispatch id would not match (`spec/sglang-native.md` §5.2),
 //!   so the client sends `n` requests with `n = 1`, rids `<dispatch id>-<i>`: one abort with the
@@ -23,7 +27,7 @@
 //!   Split parallel samples need one room each: sample `i` gets `(room + i) mod 2^63`, the same
 //!   on both legs, since both legs split the same `n` the same way.
 
-use genfront_protocol::{Bootstrap, EngineError, EngineInfo, EngineRequest};
+use genfront_protocol::{Bootstrap, EngineError, EngineInfo, EngineRequest, StructuredOutput};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
@@ -172,9 +176,12 @@ pub(crate) fn plan(
 /// Refuse what an SGLang engine cannot produce for a typed (non-SGLang) request.
 fn check_typed(request: &EngineRequest, caps: Caps) -> Result<(), EngineError> {
     let format = request.native.format.as_str();
+    if !request.native_only.is_empty() {
+        return Err(native_only_error(request));
+    }
     if request.handoff.is_some() {
         return Err(EngineError::unsupported(format!(
-            "P/D hand-off parameters of the {format} format cannot be served by an SGLang engine."
+            "kv_transfer_params (P/D hand-off parameters of the {format} format) cannot be served by an SGLang engine."
         )));
     }
     if request.output.routed_experts && !caps.typed_routed_experts {
@@ -188,6 +195,22 @@ fn check_typed(request: &EngineRequest, caps: Caps) -> Result<(), EngineError> {
         ));
     }
     Ok(())
+}
+
+/// The refusal of a request whose native keys have no SGLang counterpart
+/// ([`EngineRequest::native_only`]): every such key, by the client's own name.
+pub(crate) fn native_only_error(request: &EngineRequest) -> EngineError {
+    let keys = request.native_only.join(", ");
+    let format = request.native.format.as_str();
+    let (verb, it) = if request.native_only.len() == 1 {
+        ("has", "it")
+    } else {
+        ("have", "them")
+    };
+    EngineError::unsupported(format!(
+        "{keys} {verb} no equivalent on the SGLang engine serving this request, so genfront \
+         cannot honour {it}; remove {it} or send the request to a {format} engine."
+    ))
 }
 
 // === native body ===
@@ -360,6 +383,25 @@ fn typed_body(
     }
     if let Some(seed) = s.seed {
         sp.insert("sampling_seed".into(), json!(seed));
+    }
+    let c = &request.constraints;
+    if !c.logit_bias.is_empty() {
+        // SGLang: `Dict[str, float]`, token ids as strings.
+        let bias: Map<String, Value> = c
+            .logit_bias
+            .iter()
+            .map(|b| (b.token_id.to_string(), json!(b.bias)))
+            .collect();
+        sp.insert("logit_bias".into(), Value::Object(bias));
+    }
+    if let Some(structured) = &c.structured {
+        let (key, text) = match structured {
+            StructuredOutput::JsonSchema(t) => ("json_schema", t),
+            StructuredOutput::Regex(t) => ("regex", t),
+            StructuredOutput::Grammar(t) => ("ebnf", t),
+            StructuredOutput::StructuralTag(t) => ("structural_tag", t),
+        };
+        sp.insert(key.into(), json!(text));
     }
 
     let out = &request.output;

@@ -22,7 +22,7 @@
 //!
 //! Both legs carry the same `request_id` (the router gives both the engine request's id).
 
-use genfront_protocol::{EngineError, EngineInfo, EngineRequest, PdLeg, PdRole};
+use genfront_protocol::{EngineError, EngineInfo, EngineRequest, PdLeg, PdRole, StructuredOutput};
 use serde_json::{Map, Value, json};
 
 use super::decode::DecodeSpec;
@@ -268,8 +268,27 @@ fn native_body(
     map
 }
 
+/// The refusal of a request whose native keys have no vLLM counterpart
+/// ([`EngineRequest::native_only`]): every such key, by the client's own name.
+fn native_only_error(request: &EngineRequest) -> EngineError {
+    let keys = request.native_only.join(", ");
+    let format = request.native.format.as_str();
+    let (verb, it) = if request.native_only.len() == 1 {
+        ("has", "it")
+    } else {
+        ("have", "them")
+    };
+    EngineError::unsupported(format!(
+        "{keys} {verb} no equivalent on the vLLM engine serving this request, so genfront \
+         cannot honour {it}; remove {it} or send the request to a {format} engine."
+    ))
+}
+
 /// A vLLM body for a request that came from another format.
 fn typed_body(request: &EngineRequest, unary: bool) -> Result<Map<String, Value>, EngineError> {
+    if !request.native_only.is_empty() {
+        return Err(native_only_error(request));
+    }
     let out = &request.output;
     let mut sp = Map::new();
     sp.insert("n".to_owned(), json!(request.sampling.n));
@@ -351,6 +370,25 @@ fn typed_body(request: &EngineRequest, unary: bool) -> Result<Map<String, Value>
             // Newer vLLM computes from here; older builds ignore the key and genfront slices.
             sp.insert("prompt_logprob_start".to_owned(), json!(p.start));
         }
+    }
+    let c = &request.constraints;
+    if !c.logit_bias.is_empty() {
+        // vLLM: `dict[int, float]` (JSON keys are strings; pydantic reads them as ints).
+        let bias: Map<String, Value> = c
+            .logit_bias
+            .iter()
+            .map(|b| (b.token_id.to_string(), json!(b.bias)))
+            .collect();
+        sp.insert("logit_bias".to_owned(), Value::Object(bias));
+    }
+    if let Some(structured) = &c.structured {
+        let (key, text) = match structured {
+            StructuredOutput::JsonSchema(t) => ("json", t),
+            StructuredOutput::Regex(t) => ("regex", t),
+            StructuredOutput::Grammar(t) => ("grammar", t),
+            StructuredOutput::StructuralTag(t) => ("structural_tag", t),
+        };
+        sp.insert("structured_outputs".to_owned(), json!({ key: text }));
     }
     if out.routed_experts && out.routed_experts_start > 0 {
         sp.insert(

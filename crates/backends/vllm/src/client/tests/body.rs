@@ -180,6 +180,7 @@ fn sglang(output: OutputOptions) -> EngineRequest {
             format: "sglang".to_owned(),
             body: json!({"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 8}}),
         },
+        ..EngineRequest::default()
     }
 }
 
