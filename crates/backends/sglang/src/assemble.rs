@@ -400,7 +400,7 @@ impl SglangAssembler {
                 render::position(
                     (&mut s.out_lp.items, &mut s.out_top, &mut s.out_tid),
                     Some(lp),
-                    *id,
+                    (*id, None),
                     c.top_logprobs,
                     c.token_ids_logprob,
                 );
@@ -417,10 +417,13 @@ impl SglangAssembler {
             for (j, entry) in prompt.entries.iter().enumerate() {
                 let pos = (prompt.start as usize).saturating_add(j);
                 let fallback = c.prompt.get(pos).copied().unwrap_or_default();
+                // The padded first position keeps the token's decoded text when the entry
+                // carries one (SGLang decodes `input_token_logprobs_idx`, which is not padded).
+                let text = entry.as_ref().and_then(|e| e.text.as_deref());
                 render::position(
                     (&mut s.in_lp, &mut s.in_top, &mut s.in_tid),
                     entry.as_ref().filter(|_| j > 0),
-                    fallback,
+                    (fallback, text),
                     c.top_logprobs,
                     c.token_ids_logprob,
                 );
@@ -575,5 +578,119 @@ impl Assembler for SglangAssembler {
             self.write_item(&mut buf, 0, None, Some(ts));
         }
         Ok(NativeResponse::json(StatusCode::OK, Bytes::from(buf)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use genfront_protocol::{PromptLogprobs, TokenLogprob};
+    use serde_json::json;
+
+    use super::*;
+
+    fn cand(id: u32, lp: f64, text: &str) -> Candidate {
+        Candidate {
+            token_id: id,
+            logprob: lp,
+            rank: None,
+            text: Some(text.to_owned()),
+        }
+    }
+
+    fn entry(id: u32, lp: f64, text: &str) -> TokenLogprob {
+        TokenLogprob {
+            token_id: id,
+            logprob: lp,
+            rank: Some(1),
+            top: vec![cand(id, lp, text), cand(9, -2.5, " j")],
+            selected: vec![cand(8, -4.0, " i")],
+            text: Some(text.to_owned()),
+        }
+    }
+
+    fn outputs() -> Vec<EngineOutput> {
+        let first = EngineOutput {
+            token_ids: vec![110_837],
+            logprobs: Some(vec![entry(110_837, -0.442, " ghyz")]),
+            prompt_logprobs: Some(PromptLogprobs {
+                start: 0,
+                entries: vec![None, Some(entry(6, -2.0, " g"))],
+            }),
+            ..EngineOutput::default()
+        };
+        let second = EngineOutput {
+            token_ids: vec![7],
+            logprobs: Some(vec![entry(7, -0.25, "\u{e9}")]),
+            finish_reason: Some(FinishReason::Length { length: 2 }),
+            ..EngineOutput::default()
+        };
+        vec![first, second]
+    }
+
+    fn assembler(mode: Mode) -> SglangAssembler {
+        let cfg = SubConfig {
+            rid: "r".to_owned(),
+            prompt_len: 2,
+            prompt: vec![5, 6],
+            return_logprob: true,
+            top_logprobs: true,
+            top_logprobs_num: 2,
+            token_ids_logprob: true,
+            ..SubConfig::default()
+        };
+        SglangAssembler::new(mode, false, vec![cfg])
+    }
+
+    fn meta(chunk: &[u8]) -> Value {
+        serde_json::from_slice::<Value>(chunk).unwrap_or_default()["meta_info"].clone()
+    }
+
+    /// `return_text_in_logprobs`: the engine's decoded token text fills the third slot of every
+    /// triple, output and prompt side, in the unary answer and both SSE modes; the padded first
+    /// prompt position has none here (its entry carries no text).
+    #[test]
+    fn decoded_text_in_every_triple() {
+        let mut a = Box::new(assembler(Mode::Unary));
+        for o in outputs() {
+            a.on_output(0, o, &mut Vec::new())
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        let body = a.finish_unary().unwrap_or_else(|e| panic!("{e}"));
+        let m = meta(&body.body);
+        assert_eq!(
+            m["output_token_logprobs"],
+            json!([[-0.442, 110_837, " ghyz"], [-0.25, 7, "\u{e9}"]])
+        );
+        assert_eq!(
+            m["output_top_logprobs"][0],
+            json!([[-0.442, 110_837, " ghyz"], [-2.5, 9, " j"]])
+        );
+        assert_eq!(m["output_token_ids_logprobs"][1], json!([[-4.0, 8, " i"]]));
+        assert_eq!(
+            m["input_token_logprobs"],
+            json!([[null, 5, null], [-2.0, 6, " g"]])
+        );
+        assert_eq!(m["input_top_logprobs"][1][0], json!([-2.0, 6, " g"]));
+        assert_eq!(m["input_token_ids_logprobs"][1], json!([[-4.0, 8, " i"]]));
+
+        for mode in [Mode::Cumulative, Mode::Incremental] {
+            let mut a = assembler(mode);
+            let mut events = Vec::new();
+            for o in outputs() {
+                a.on_output(0, o, &mut events)
+                    .unwrap_or_else(|e| panic!("{e}"));
+            }
+            let last = meta(&events[1]);
+            let want = if mode == Mode::Cumulative {
+                json!([[-0.442, 110_837, " ghyz"], [-0.25, 7, "\u{e9}"]])
+            } else {
+                json!([[-0.25, 7, "\u{e9}"]])
+            };
+            assert_eq!(last["output_token_logprobs"], want, "{mode:?}");
+            assert_eq!(
+                meta(&events[0])["input_token_logprobs"][1],
+                json!([-2.0, 6, " g"])
+            );
+        }
     }
 }

@@ -27,9 +27,11 @@ pub(crate) fn sep(buf: &mut Vec<u8>) {
     }
 }
 
-/// `[logprob, token_id, null]` (the text slot is `null`: genfront has no tokenizer, as SGLang with
-/// `--skip-tokenizer-init`).
-pub(crate) fn triple(buf: &mut Vec<u8>, logprob: Option<f64>, token_id: u32) {
+/// `[logprob, token_id, text]`: the text slot is the engine's decoded token text when it reported
+/// one (SGLang `return_text_in_logprobs` on an engine with a tokenizer: `detokenize_logprob_tokens`
+/// decodes each id on its own), else `null` (not asked, `--skip-tokenizer-init`, the mock) —
+/// genfront has no tokenizer and never fills it itself.
+pub(crate) fn triple(buf: &mut Vec<u8>, logprob: Option<f64>, token_id: u32, text: Option<&str>) {
     buf.push(b'[');
     match logprob {
         Some(lp) => f64(buf, lp),
@@ -37,7 +39,12 @@ pub(crate) fn triple(buf: &mut Vec<u8>, logprob: Option<f64>, token_id: u32) {
     }
     buf.push(b',');
     u32(buf, token_id);
-    buf.extend_from_slice(b",null]");
+    buf.push(b',');
+    match text {
+        Some(t) => json(buf, t),
+        None => buf.extend_from_slice(b"null"),
+    }
+    buf.push(b']');
 }
 
 /// One position of `*_top_logprobs` / `*_token_ids_logprobs`: `null` when empty (SGLang's
@@ -50,7 +57,7 @@ pub(crate) fn candidates(buf: &mut Vec<u8>, cands: Option<&[Candidate]>) {
                 if i > 0 {
                     buf.push(b',');
                 }
-                triple(buf, Some(cand.logprob), cand.token_id);
+                triple(buf, Some(cand.logprob), cand.token_id, cand.text.as_deref());
             }
             buf.push(b']');
         }
@@ -59,11 +66,12 @@ pub(crate) fn candidates(buf: &mut Vec<u8>, cands: Option<&[Candidate]>) {
 }
 
 /// Append the three per-position renderings of `entry` to the three lists (`lp`, `top`, `ids`);
-/// `fallback_id` names the token when the position has no logprob (prompt position 0).
+/// `fallback_id` names the token when the position has no logprob (prompt position 0), and
+/// `fallback_text` its decoded text, when known.
 pub(crate) fn position(
     lists: (&mut Vec<u8>, &mut Vec<u8>, &mut Vec<u8>),
     entry: Option<&TokenLogprob>,
-    fallback_id: u32,
+    (fallback_id, fallback_text): (u32, Option<&str>),
     top: bool,
     ids: bool,
 ) {
@@ -73,6 +81,7 @@ pub(crate) fn position(
         lp,
         entry.map(|e| e.logprob),
         entry.map_or(fallback_id, |e| e.token_id),
+        entry.map_or(fallback_text, |e| e.text.as_deref()),
     );
     if top {
         sep(top_buf);
@@ -142,14 +151,18 @@ mod tests {
     #[test]
     fn triples_and_reasons() {
         let mut b = Vec::new();
-        triple(&mut b, Some(-2.0437331199645996), 320);
+        triple(&mut b, Some(-2.0437331199645996), 320, None);
         assert_eq!(s(&b), "[-2.0437331199645996,320,null]");
         b.clear();
-        triple(&mut b, None, 128000);
+        triple(&mut b, None, 128000, None);
         assert_eq!(s(&b), "[null,128000,null]");
         b.clear();
-        triple(&mut b, Some(f64::NEG_INFINITY), 1);
+        triple(&mut b, Some(f64::NEG_INFINITY), 1, None);
         assert_eq!(s(&b), "[null,1,null]");
+        b.clear();
+        // The engine's decoded text (return_text_in_logprobs), JSON-escaped.
+        triple(&mut b, Some(-0.442), 110837, Some(" gh\"yz\u{e9}"));
+        assert_eq!(s(&b), "[-0.442,110837,\" gh\\\"yz\u{e9}\"]");
         b.clear();
         candidates(&mut b, Some(&[]));
         assert_eq!(s(&b), "null");

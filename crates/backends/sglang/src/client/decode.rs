@@ -14,13 +14,16 @@
 //!   contract error. A triple `[logprob, id, text]` with a `null` logprob (orjson writes `-inf` as
 //!   `null`) decodes to `-inf`; a `null` top/id-logprob entry is an empty list. Top candidates get
 //!   rank `j + 1` (SGLang lists them best first) and are cut to the requested count; the sampled
-//!   token's rank is its position in the top list when it appears there.
+//!   token's rank is its position in the top list when it appears there. The third slot (a
+//!   string with `return_text_in_logprobs` on an engine with a tokenizer: the id decoded on its
+//!   own, `tokenizer_manager.py` `detokenize_logprob_tokens`; `null` otherwise) becomes
+//!   [`TokenLogprob::text`] / [`Candidate::text`], on every list, output and prompt side.
 //! - **Input-side lists** (`input_token_logprobs`, `input_top_logprobs` or the flat
 //!   `input_top_logprobs_*` forms, `input_token_ids_logprobs`) are decoded **once**, from the first
 //!   frame that carries a non-empty `input_token_logprobs`, and only when the request asked for
 //!   prompt logprobs. They cover the last `len` prompt positions (`start = prompt_len − len`). A
 //!   `null` logprob there is a position without a logprob (SGLang pads the first entry with
-//!   `null`) and decodes to `None`.
+//!   `null`) and decodes to `None` (its decoded text, when sent, is dropped: a known gap).
 //! - **`finish_reason`** (§8): `{"type":"stop","matched":<int>}` → [`FinishReason::Eos`] when the id
 //!   is an EOS id of the engine (and `ignore_eos` is off), [`FinishReason::Stop`] with the id when
 //!   it is one of the request's `stop_token_ids`, and `Eos` otherwise (SGLang only stops on a token
@@ -387,8 +390,8 @@ impl FrameDecoder {
         };
         let mut out = Vec::with_capacity(new);
         for (j, (lp, &id)) in lps.iter().zip(token_ids).enumerate() {
-            let (logprob, lp_id) = match typed.lp.as_ref().and_then(|t| t.get(j)) {
-                Some(t) => *t,
+            let (logprob, lp_id, text) = match typed.lp.as_ref().and_then(|t| t.get(j)) {
+                Some(t) => t.clone(),
                 None => triple(lp, "output_token_logprobs")?,
             };
             let mut top = match tops.and_then(|t| t.get(j)) {
@@ -413,7 +416,7 @@ impl FrameDecoder {
                 rank,
                 top,
                 selected,
-                text: None,
+                text,
             });
         }
         Ok(out)
@@ -457,7 +460,7 @@ impl FrameDecoder {
         };
         let mut entries = Vec::with_capacity(len);
         for (j, lp) in lps.iter().enumerate() {
-            let (logprob, id) = triple(lp, "input_token_logprobs")?;
+            let (logprob, id, text) = triple(lp, "input_token_logprobs")?;
             let Some(logprob) = logprob else {
                 entries.push(None);
                 continue;
@@ -484,7 +487,7 @@ impl FrameDecoder {
                 rank,
                 top,
                 selected,
-                text: None,
+                text,
             }));
         }
         let covered = u32::try_from(len).unwrap_or(u32::MAX);
@@ -712,8 +715,11 @@ fn opt_u32(meta: &Map<String, Value>, key: &str) -> Result<Option<u32>, EngineEr
     }
 }
 
-/// A logprob triple `[logprob|null, id, text|null]` → (logprob, id).
-fn triple(v: &Value, what: &str) -> Result<(Option<f64>, Option<u32>), EngineError> {
+/// A logprob triple `[logprob|null, id, text|null]` → (logprob, id, text). The text slot is
+/// SGLang's `tokenizer.batch_decode` of the id alone (`detokenize_logprob_tokens`), filled only
+/// with `return_text_in_logprobs` on an engine with a tokenizer; anything but a string there
+/// reads as no text.
+fn triple(v: &Value, what: &str) -> Result<parse::Triple, EngineError> {
     let Value::Array(t) = v else {
         return Err(internal(format!("SGLang {what} entry is not a list")));
     };
@@ -728,7 +734,8 @@ fn triple(v: &Value, what: &str) -> Result<(Option<f64>, Option<u32>), EngineErr
         None | Some(Value::Null) => None,
         Some(x) => Some(token_id(x, what)?),
     };
-    Ok((logprob, id))
+    let text = t.get(2).and_then(Value::as_str).map(str::to_owned);
+    Ok((logprob, id, text))
 }
 
 /// One position of a top / token-id logprob list: `null` (none) or a list of triples.
@@ -740,7 +747,7 @@ fn candidates(v: &Value, what: &str, ranked: bool) -> Result<Vec<Candidate>, Eng
     };
     let mut out = Vec::with_capacity(list.len());
     for (j, c) in list.iter().enumerate() {
-        let (logprob, id) = triple(c, what)?;
+        let (logprob, id, text) = triple(c, what)?;
         out.push(Candidate {
             token_id: id.ok_or_else(|| internal(format!("SGLang {what} candidate has no id")))?,
             logprob: logprob.unwrap_or(f64::NEG_INFINITY),
@@ -749,7 +756,7 @@ fn candidates(v: &Value, what: &str, ranked: bool) -> Result<Vec<Candidate>, Eng
             } else {
                 None
             },
-            text: None,
+            text,
         });
     }
     Ok(out)
@@ -760,11 +767,11 @@ fn typed_candidates(row: Option<&[parse::Triple]>) -> Vec<Candidate> {
     row.unwrap_or_default()
         .iter()
         .enumerate()
-        .map(|(j, &(logprob, id))| Candidate {
+        .map(|(j, (logprob, id, text))| Candidate {
             token_id: id.unwrap_or_default(),
             logprob: logprob.unwrap_or(f64::NEG_INFINITY),
             rank: u32::try_from(j + 1).ok(),
-            text: None,
+            text: text.clone(),
         })
         .collect()
 }

@@ -25,8 +25,9 @@ const OUTPUT_LISTS: &[&str] = &[
     "output_token_sampling_mask",
 ];
 
-/// A logprob triple `[logprob|null, id|null, …]` read straight into numbers.
-pub(super) type Triple = (Option<f64>, Option<u32>);
+/// A logprob triple `[logprob|null, id|null, text|null]` read straight into numbers (and the
+/// decoded text SGLang puts in the third slot with `return_text_in_logprobs`).
+pub(super) type Triple = (Option<f64>, Option<u32>, Option<String>);
 
 /// Output logprob lists read without building [`Value`]s, for the entries the decoder reads (the
 /// `Value` lists then hold `null` there). `None` when absent or not in the simple shape (the
@@ -211,8 +212,9 @@ impl Node<'_> {
     }
 }
 
-/// A triple in the simple shape: an array whose first entry is a number or `null` and whose
-/// second is a `u32` or `null` (the rest is ignored). Anything else fails.
+/// A triple in the simple shape: an array whose first entry is a number or `null`, whose
+/// second is a `u32` or `null` and whose third (if any) is a string or `null` (the rest is
+/// ignored). Anything else fails.
 struct TypedTriple(Triple);
 
 impl<'de> Deserialize<'de> for TypedTriple {
@@ -226,8 +228,9 @@ impl<'de> Deserialize<'de> for TypedTriple {
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<TypedTriple, A::Error> {
                 let logprob = seq.next_element::<Option<f64>>()?.flatten();
                 let id = seq.next_element::<Option<u32>>()?.flatten();
+                let text = seq.next_element::<Option<String>>()?.flatten();
                 while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(TypedTriple((logprob, id)))
+                Ok(TypedTriple((logprob, id, text)))
             }
         }
         d.deserialize_seq(V)

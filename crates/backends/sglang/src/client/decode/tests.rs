@@ -714,3 +714,63 @@ proptest! {
         }
     }
 }
+
+/// `return_text_in_logprobs`: the third slot of every triple (output, top, token-id, prompt) is
+/// the engine's decoded token text, read into `text` on the typed path (`decode`) and the
+/// `Value` path (`decode_value`) alike, in cumulative and incremental mode.
+#[test]
+fn decoded_text_in_logprob_triples() {
+    for incremental in [false, true] {
+        let mut config = cfg(incremental);
+        config.logprobs = Some(2);
+        config.prompt_logprobs = Some(1);
+        config.selected = true;
+        let t = |x: Option<f64>, id: u32, text: &str| json!([x, id, text]);
+        let first = json!({
+            "output_token_logprobs": [t(Some(-0.442), 110_837, " ghyz")],
+            "output_top_logprobs": [[t(Some(-0.442), 110_837, " ghyz"), t(Some(-1.5), 6, "\u{fffd}")]],
+            "output_token_ids_logprobs": [[t(Some(-4.0), 8, " i")]],
+            "input_token_logprobs": [t(None, 5, " f"), t(Some(-2.0), 6, " g"), t(Some(-3.0), 7, " h")],
+            "input_top_logprobs": [null, [t(Some(-1.0), 9, " j")], [t(Some(-0.5), 7, " h")]],
+            "input_token_ids_logprobs": [null, [t(Some(-5.0), 8, " i")], [t(Some(-6.0), 8, " i")]],
+        });
+        let frames = [
+            frame(&[110_837], Value::Null, first.clone()),
+            frame(&[110_837], Value::Null, first),
+        ];
+        for (typed, f) in frames.into_iter().enumerate() {
+            let mut d = FrameDecoder::new(config.clone());
+            let o = if typed == 0 {
+                ok(&mut d, f)
+            } else {
+                d.decode_value(f).unwrap_or_else(|e| panic!("{e}"))
+            };
+            let lps = o.logprobs.unwrap_or_default();
+            assert_eq!(lps.len(), 1);
+            assert_eq!(lps[0].text.as_deref(), Some(" ghyz"));
+            let top: Vec<_> = lps[0].top.iter().map(|c| c.text.as_deref()).collect();
+            assert_eq!(top, [Some(" ghyz"), Some("\u{fffd}")]);
+            assert_eq!(lps[0].selected[0].text.as_deref(), Some(" i"));
+            let prompt = o.prompt_logprobs.unwrap_or_default();
+            assert_eq!(prompt.start, 0);
+            assert!(prompt.entries[0].is_none());
+            let p1 = prompt.entries[1].clone().unwrap_or_default();
+            assert_eq!(p1.text.as_deref(), Some(" g"));
+            assert_eq!(p1.top[0].text.as_deref(), Some(" j"));
+            assert_eq!(p1.selected[0].text.as_deref(), Some(" i"));
+        }
+    }
+    // Without the flag (or a tokenizer) the slot is `null`: no text.
+    let mut config = cfg(false);
+    config.logprobs = Some(0);
+    let mut d = FrameDecoder::new(config);
+    let o = ok(
+        &mut d,
+        frame(
+            &[5],
+            Value::Null,
+            json!({"output_token_logprobs": [[-0.5, 5, null]]}),
+        ),
+    );
+    assert_eq!(o.logprobs.unwrap_or_default()[0].text, None);
+}
