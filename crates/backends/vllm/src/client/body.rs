@@ -140,7 +140,7 @@ pub(crate) fn build(
         Value::Object(map) if request.native.format == FORMAT_NAME => {
             native_body(map, &request, unary)
         }
-        _ => typed_body(&request, unary)?,
+        _ => typed_body(&request, info, unary)?,
     };
     if let Some(pd) = &request.pd {
         put_kv_transfer_params(&mut map, pd, options);
@@ -285,11 +285,29 @@ fn native_only_error(request: &EngineRequest) -> EngineError {
 }
 
 /// A vLLM body for a request that came from another format.
-fn typed_body(request: &EngineRequest, unary: bool) -> Result<Map<String, Value>, EngineError> {
+fn typed_body(
+    request: &EngineRequest,
+    info: &EngineInfo,
+    unary: bool,
+) -> Result<Map<String, Value>, EngineError> {
     if !request.native_only.is_empty() {
         return Err(native_only_error(request));
     }
     let out = &request.output;
+    // vLLM reports these per server flag, not per request: asked of an engine without the flag,
+    // they could only be dropped.
+    if out.routed_experts && !info.routed_experts {
+        return Err(EngineError::unsupported(
+            "return_routed_experts: the vLLM engine serving this request does not report routed \
+             experts (it runs without --enable-return-routed-experts).",
+        ));
+    }
+    if out.sampling_mask && !info.sampling_mask {
+        return Err(EngineError::unsupported(
+            "return_sampling_mask: the vLLM engine serving this request does not report sampling \
+             masks (it runs without --return-sampling-mask).",
+        ));
+    }
     let mut sp = Map::new();
     sp.insert("n".to_owned(), json!(request.sampling.n));
     let s = &request.sampling;
