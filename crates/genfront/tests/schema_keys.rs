@@ -63,7 +63,11 @@ impl Format {
         let mut out = Vec::new();
         match self {
             Format::Sglang => {
-                out.extend(genfront_sglang::REQUEST_KEYS.iter().map(|k| k.key.to_owned()));
+                out.extend(
+                    genfront_sglang::REQUEST_KEYS
+                        .iter()
+                        .map(|k| k.key.to_owned()),
+                );
                 out.extend(
                     genfront_sglang::SAMPLING_KEYS
                         .iter()
@@ -361,7 +365,9 @@ fn vllm_case(path: &str) -> Option<Case> {
     Some(match path {
         "token_ids" => case(json!([9, 10, 11])),
         "features" => case(json!({"mm_hashes": {"image": ["h1"]}})),
-        "content_parts" => case(json!([{"type": "image_url", "url": "https://example.invalid/a.png"}])),
+        "content_parts" => {
+            case(json!([{"type": "image_url", "url": "https://example.invalid/a.png"}]))
+        }
         "reasoning_ended" => case(json!(true)),
         "reasoning_parser_kwargs" => case(json!({"chat_template_kwargs": {"thinking": true}})),
         "output_mode" => case(json!("text")),
@@ -409,9 +415,10 @@ fn vllm_case(path: &str) -> Option<Case> {
         }
         "sampling_params.routed_experts_prompt_start" => case(json!(1)),
         "sampling_params.trace_decode_token_ids" => case(json!([5])),
-        "sampling_params.prompt_logprob_token_ids" => {
-            with(json!([[5], [6], [7], [8]]), &[("sampling_params.prompt_logprobs", json!(1))])
-        }
+        "sampling_params.prompt_logprob_token_ids" => with(
+            json!([[5], [6], [7], [8]]),
+            &[("sampling_params.prompt_logprobs", json!(1))],
+        ),
         "sampling_params.prompt_logprob_start" => {
             with(json!(1), &[("sampling_params.prompt_logprobs", json!(1))])
         }
@@ -426,9 +433,7 @@ fn vllm_case(path: &str) -> Option<Case> {
         "sampling_params.structured_outputs.json_object" => case(json!(true)),
         "sampling_params.structured_outputs.structural_tag" => case(json!(TAG)),
         "sampling_params.structured_outputs.disable_fallback" => with(json!(true), &regex),
-        "sampling_params.structured_outputs.disable_any_whitespace" => {
-            with(json!(true), &regex)
-        }
+        "sampling_params.structured_outputs.disable_any_whitespace" => with(json!(true), &regex),
         "sampling_params.structured_outputs.disable_additional_properties" => {
             with(json!(true), &regex)
         }
@@ -601,7 +606,10 @@ async fn setups() -> Vec<Setup> {
             .json()
             .await
             .expect("models JSON");
-        s.model = models["data"][0]["id"].as_str().expect("a model").to_owned();
+        s.model = models["data"][0]["id"]
+            .as_str()
+            .expect("a model")
+            .to_owned();
     }
     out
 }
@@ -758,7 +766,10 @@ async fn check(
         Some(Check::PrivateId) => {
             let client_id = c.value.as_str().unwrap_or_default();
             if with.status != 200 || !with.text.contains(client_id) {
-                return Err(format!("the answer does not echo {client_id:?}: {}", with.text));
+                return Err(format!(
+                    "the answer does not echo {client_id:?}: {}",
+                    with.text
+                ));
             }
             if setup.oracle.is_some() {
                 let raw = setup
@@ -778,7 +789,10 @@ async fn check(
             if with.status == 200 && with.content_type.starts_with("text/event-stream") {
                 Ok(())
             } else {
-                Err(format!("not an SSE answer: {} {}", with.status, with.content_type))
+                Err(format!(
+                    "not an SSE answer: {} {}",
+                    with.status, with.content_type
+                ))
             }
         }
         Some(Check::Rendered) => {

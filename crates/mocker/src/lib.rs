@@ -21,6 +21,10 @@
 //!   `max_tokens: Some(0)` yields one item per choice with no tokens and `Length { length: 0 }`.
 //!   Choices advance in lock step: each step yields one item per unfinished choice, in index
 //!   order.
+//! - **Constraints have no effect**: the typed [`genfront_protocol::Constraints`] (logit bias,
+//!   structured output) and the native-only keys of a request
+//!   ([`genfront_protocol::EngineRequest::native_only`]) are accepted and ignored by the toy
+//!   model; they are never refused here (a real engine client honours or refuses them).
 //! - **Stops**: `max_tokens` (clamped to the context), `min_tokens` (EOS and stop ids cannot be
 //!   drawn before it), stop token ids, EOS (natural stops with [`MockConfig::eos_probability`];
 //!   with `ignore_eos` EOS ids are ordinary tokens). Stop strings are

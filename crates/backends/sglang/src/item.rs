@@ -4,8 +4,8 @@
 
 use genfront_format::GenerateError;
 use genfront_protocol::{
-    Constraints, EngineInfo, EngineRequest, NativeBody, OutputOptions, PromptLogprobOptions, RoutingHints,
-    SamplingOptions, StopConditions,
+    Constraints, EngineInfo, EngineRequest, NativeBody, OutputOptions, PromptLogprobOptions,
+    RoutingHints, SamplingOptions, StopConditions,
 };
 use serde_json::{Number, Value};
 

@@ -23,6 +23,28 @@
 //! slots in logprob triples) and text prompts and stop strings are refused with SGLang's
 //! messages; when it is not known, the engine decides.
 //!
+//! # Serving one format on the other engine
+//!
+//! An SGLang engine gets an SGLang client's native body (every key). Any other engine gets what
+//! the typed [`EngineRequest`](genfront_protocol::EngineRequest) carries, so each schema key
+//! ([`REQUEST_KEYS`], [`SAMPLING_KEYS`]) is classified ([`Carry`]) and nothing is dropped
+//! silently:
+//!
+//! | carry | keys |
+//! |---|---|
+//! | typed | `input_ids`, `sampling_params` (`max_new_tokens`, `min_new_tokens`, `stop`, `stop_token_ids`, `ignore_eos`, `temperature`, `top_p`, `top_k`, `min_p`, the three penalties, `sampling_seed`, `n` (one engine request per sample), `logit_bias`, `json_schema` / `regex` / `ebnf` / `structural_tag` — the one SGLang's scheduler picks), `return_logprob`, `logprob_start_len`, `top_logprobs_num`, `token_ids_logprob`, `return_sampling_mask`, `return_routed_experts`, `routed_experts_start_len`, `session_id`, `lora_path`, `routed_dp_rank` / `data_parallel_rank`, `priority`, `extra_key` / `cache_salt` |
+//! | owned / rendered | `rid` (the private id replaces it), `stream`, `return_flat_raw_top_logprobs[_b64]`, `return_prompt_token_ids` |
+//! | refused by this format (any engine) | `input_embeds`, `return_hidden_states`, `custom_logit_processor`, `max_thinking_tokens`, `beam_width > 1`, `bootstrap_host` / `_port` / `_room` |
+//! | native only: refused by another engine's client, with a 400 naming them | a text-only prompt (`text`), multimodal inputs (`image_data`, `video_data`, `audio_data`, …), `return_text_in_logprobs`, `log_metrics: false`, `return_indexer_topk`, `session_params`, `lora_id`, `bootstrap_pair_key`, `decode_tp_size`, `disagg_prefill_dp_rank`, `require_reasoning`, `background`, `conversation_id`, `kv_router_hint`, `routing_key`, `no_logs`, `custom_labels`, `return_bytes`, `return_entropy`, trace and internal fields, an `extra_key` next to a `cache_salt`; in `sampling_params`: `stop_regex`, `skip_special_tokens: false`, `spaces_between_special_tokens: false`, `no_stop_trim`, `custom_params`, `stream_interval`, a `logit_bias` entry that is not an id and a number |
+//!
+//! Unknown top-level keys are not listed (SGLang itself ignores them). The meanings checked
+//! against both engines' source: SGLang `logit_bias` `{"<id>": bias}` is vLLM's `{id: bias}`
+//! (vLLM clamps biases to ±100); both compile grammars with xgrammar by default, so a JSON schema,
+//! regex, EBNF grammar and structural tag mean the same on either. A vLLM engine reports routed
+//! experts and sampling masks per server flag: asked of one without the flag, the vLLM client
+//! refuses them by name. The in-process mocker receives the whole native body; constraints have
+//! no effect on its toy model.
+//!
 //! Start reading at [`SglangFormat`] (request rules in `request.rs`, `item.rs` and `sampling.rs`,
 //! response rules in `assemble.rs`) or at [`SglangEngine`] (`client/`).
 

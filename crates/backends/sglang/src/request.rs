@@ -125,6 +125,16 @@ pub(crate) fn native_only(body: &Value, text_prompt: bool) -> Vec<String> {
             out.push(k.clone());
         }
     }
+    // One typed namespace (`RoutingHints::cache_salt`) takes `cache_salt`; an `extra_key` next
+    // to it has nowhere to go.
+    let set = |k: &str| {
+        obj.get(k)
+            .and_then(Value::as_str)
+            .is_some_and(|s| !s.is_empty())
+    };
+    if set("extra_key") && set("cache_salt") {
+        out.push("extra_key".to_owned());
+    }
     out
 }
 

@@ -41,18 +41,43 @@
 //! - **Other formats** (e.g. an SGLang client): a body built from the typed request —
 //!   `max_tokens`, `min_tokens`, `stop_token_ids`, `stop`, `ignore_eos`, `n`, the sampling
 //!   options, `logprobs`, `prompt_logprobs` (+ `prompt_logprob_start`; the decoder also slices
-//!   locally), `logprob_token_ids`, `routed_experts_prompt_start`, `model` = the LoRA name,
-//!   `priority` (negated for SGLang, whose larger values run first; vLLM runs smaller first),
-//!   `cache_salt`, `kv_transfer_params` = the hand-off. `max_tokens: 0` (prefill only) is sent
-//!   as 1 and the generated token is dropped (`Length { length: 0 }`). What vLLM cannot produce
-//!   is `Unsupported`, never approximated: top-k logprobs *and* token-id logprobs at once, and
-//!   token-id logprobs at prompt positions.
+//!   locally), `logprob_token_ids`, `routed_experts_prompt_start`, `logit_bias` (`{id: bias}`),
+//!   `structured_outputs` (`json` / `regex` / `grammar` / `structural_tag`), `model` = the LoRA
+//!   name, `priority` (negated for SGLang, whose larger values run first; vLLM runs smaller
+//!   first), `cache_salt`, `kv_transfer_params` = the hand-off. `max_tokens: 0` (prefill only) is
+//!   sent as 1 and the generated token is dropped (`Length { length: 0 }`). What vLLM cannot
+//!   produce is `Unsupported` (a 400 in the client's format), never approximated or dropped: a
+//!   request with [`EngineRequest::native_only`](genfront_protocol::EngineRequest::native_only)
+//!   keys (named in the message), top-k logprobs *and* token-id logprobs at once, token-id
+//!   logprobs at prompt positions, and routed experts or sampling masks from an engine that does
+//!   not report them (`return_routed_experts`, `return_sampling_mask`).
 //! - **Unary upstream** when the answer needs a field only vLLM's unary body carries: prompt
 //!   logprobs (streams cannot carry them), `prompt_logprob_token_ids`, and the P/D prefill leg's
 //!   returned `kv_transfer_params` (`do_remote_decode: true`). The unary body is decoded into one
 //!   delta per choice. Everything else streams.
 //! - Headers: `X-Request-Id`, `X-data-parallel-rank` (routing `dp_rank`), `X-Session-ID`,
 //!   `Authorization: Bearer` with [`VllmEngineOptions::api_key`].
+//!
+//! ## Serving one format on the other engine
+//!
+//! A vLLM engine gets a vLLM client's native body (every key). Any other engine gets what the
+//! typed [`EngineRequest`](genfront_protocol::EngineRequest) carries, so each schema key
+//! ([`REQUEST_KEYS`], [`SAMPLING_KEYS`], [`STRUCTURED_OUTPUT_KEYS`]) is classified ([`Carry`])
+//! and nothing is dropped silently:
+//!
+//! | carry | keys |
+//! |---|---|
+//! | typed | `token_ids`, `model` (LoRA), `cache_salt`, `priority`, `kv_transfer_params` (an SGLang engine refuses it by name); in `sampling_params`: `n`, the penalties, `temperature`, `top_p`, `top_k`, `min_p`, `seed`, `stop`, `stop_token_ids`, `ignore_eos`, `max_tokens`, `min_tokens`, `logprobs`, `prompt_logprobs`, `prompt_logprob_start`, `logprob_token_ids`, `routed_experts_prompt_start`, `logit_bias`, `structured_outputs` `json` (a JSON schema) / `regex` / `grammar` (EBNF) / `structural_tag` |
+//! | owned / rendered | `request_id` (the private id replaces it), `stream`, `stream_options`, `return_token_ids` |
+//! | inert (vLLM itself ignores it here) | `token_offsets`, `parse_context` (derender only), `sampling_params.output_kind` (the server sets it) |
+//! | refused by this format (any engine) | `output_mode` other than `"tokens"` |
+//! | native only: refused by another engine's client, with a 400 naming them | `features`, `content_parts`, `reasoning_ended`, `reasoning_parser_kwargs`, `ec_transfer_params`; in `sampling_params`: `detokenize: false`, `skip_special_tokens: false`, `spaces_between_special_tokens: false`, `include_stop_str_in_output`, `stream_interval`, `skip_clone`, `output_text_buffer_length`, `watermarking`, `allowed_token_ids`, `extra_args`, `bad_words`, `skip_reading_prefix_cache`, `thinking_token_budget`, `repetition_detection`, `trace_decode_token_ids`, `prompt_logprob_token_ids`, `flat_logprobs`, `structured_outputs` `choice` / `json_object` and its options, a `logit_bias` entry that is not an id and a finite number |
+//!
+//! The meanings were checked against both engines' source (vLLM 0.33.0 `SamplingParams`,
+//! `StructuredOutputsParams`; SGLang `sampling_params.py` and the scheduler's grammar choice):
+//! both compile grammars with xgrammar by default; vLLM clamps logit biases to ±100, SGLang adds
+//! them as given. The in-process mocker receives the whole native body; constraints have no
+//! effect on its toy model.
 //!
 //! ## Engine client: chunk → delta
 //!

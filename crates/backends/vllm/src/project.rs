@@ -2,8 +2,8 @@
 //! response settings its assembler needs.
 
 use genfront_protocol::{
-    Constraints, EngineInfo, EngineRequest, NativeBody, OutputOptions, PdLeg, PdRole, PromptLogprobOptions,
-    RoutingHints, SamplingOptions, StopConditions,
+    Constraints, EngineInfo, EngineRequest, NativeBody, OutputOptions, PdLeg, PdRole,
+    PromptLogprobOptions, RoutingHints, SamplingOptions, StopConditions,
 };
 use http::HeaderMap;
 use serde_json::{Map, Value};
@@ -229,6 +229,7 @@ pub(crate) fn project(
         prompt_len,
         return_token_ids,
         prompt_tokens_details: flags.prompt_tokens_details,
+        text_mode: r.output_mode == "text",
     };
     (request, config)
 }

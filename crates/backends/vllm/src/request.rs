@@ -122,13 +122,14 @@ fn set_keys<'a>(
     table: &'static [SchemaKey],
     obj: &'a Map<String, Value>,
 ) -> impl Iterator<Item = &'a String> + 'a {
-    obj.iter().filter_map(move |(k, v)| match table.iter().find(|s| s.key == k) {
-        Some(SchemaKey {
-            carry: NativeOnly(unset),
-            ..
-        }) if !unset.is_unset(v) => Some(k),
-        _ => None,
-    })
+    obj.iter()
+        .filter_map(move |(k, v)| match table.iter().find(|s| s.key == k) {
+            Some(SchemaKey {
+                carry: NativeOnly(unset),
+                ..
+            }) if !unset.is_unset(v) => Some(k),
+            _ => None,
+        })
 }
 
 /// The set keys of a request body that have no typed counterpart, as dotted paths in body order
