@@ -323,6 +323,62 @@ async fn vllm_prefill_4xx_fails_fast_and_sends_no_decode() {
     prefill_4xx("vllm").await;
 }
 
+// ---- 1b. decode answers a 4xx (SGLang: while its prefill is still running) --------------------
+
+async fn decode_4xx(api: &'static str) {
+    let p = pair(api).await;
+    for stream in [false, true] {
+        p.prefill.reset().await;
+        p.decode.reset().await;
+        if api == "sglang" {
+            // The prefill would run until aborted: only genfront ending it stops it.
+            p.prefill
+                .script(json!({"match": "next", "hold": true}))
+                .await;
+        }
+        p.decode
+            .script(json!({"match": "next", "error": {"status": 400, "body": native_4xx(api)}}))
+            .await;
+        let (status, text, took) = p.call(&request(api, 8, stream, "d4xx")).await;
+        let what = format!("{api} stream={stream}");
+        assert!(
+            took < SETTLE,
+            "{what}: answered after {took:?}, not at once"
+        );
+        if stream {
+            assert_eq!(status, 200, "{what}: {text}");
+            assert_error_then_done(&what, &text, Some(400));
+        } else {
+            assert_eq!(status, 400, "{what}: {text}");
+        }
+        assert!(text.contains("prefill says no"), "{what}: {text}");
+        let (pl, dl) = p.settled(SETTLE).await;
+        assert_eq!(states(&dl), ["error"], "{what}: decode {}", dl["requests"]);
+        if api == "sglang" {
+            // Sent concurrently and held: genfront must end it when decode fails.
+            assert_ended(&format!("{what} prefill"), &pl);
+        } else {
+            // vLLM legs are sequential: the prefill had finished before decode was sent.
+            assert_eq!(
+                states(&pl),
+                ["finished"],
+                "{what}: prefill {}",
+                pl["requests"]
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sglang_decode_4xx_while_prefill_runs_fails_fast_and_ends_prefill() {
+    decode_4xx("sglang").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vllm_decode_4xx_is_relayed_at_once() {
+    decode_4xx("vllm").await;
+}
+
 // ---- 2. prefill transport failure -------------------------------------------------------------
 
 async fn prefill_transport(api: &'static str) {

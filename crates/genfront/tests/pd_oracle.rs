@@ -251,10 +251,10 @@ async fn last_legs(s: &PdSetup) -> String {
 /// Send `n` randomized requests to the aggregated oracle directly and through genfront P/D;
 /// panic on the first difference. Returns how many were compared.
 async fn differential(api: &str, n: usize, seed: u64) -> usize {
-    // vLLM oracles run without `--enable-return-routed-experts`: a vLLM engine streams the whole
-    // blob on its last chunk, while genfront puts the prefill's prompt rows on the first chunk
-    // (as the mocks' engines do); see docs/pd.md, "Not yet". SGLang asks per request and is
-    // compared, `max_new_tokens: 0` included.
+    // SGLang asks for routed experts per request (`max_new_tokens: 0` included). vLLM reports
+    // them for every request when the server runs with `--enable-return-routed-experts`
+    // (whole-sequence blob, on a stream's final chunk): the three vLLM oracles toggle that
+    // server setting together before each request, so about half the requests carry them.
     let s = pd_setup(api, &[]).await;
     let path = if api == "sglang" {
         "/generate"
@@ -276,6 +276,10 @@ async fn differential(api: &str, n: usize, seed: u64) -> usize {
             }
             maybe_batch(&mut rng, b)
         } else {
+            let routed = rng.random_bool(0.5);
+            for o in [&s.agg, &s.prefill, &s.decode] {
+                o.config(json!({"routed_experts": routed})).await;
+            }
             vllm_request(&mut rng, i)
         };
         let (s1, mut want) = fetch(&client, &s.agg.url(path), &body).await;
