@@ -606,6 +606,58 @@ mod tests {
     }
 
     #[test]
+    fn native_only_lists_set_keys_without_a_typed_counterpart() {
+        let sp = json!({"stop_regex": "a+", "skip_special_tokens": true,
+                        "spaces_between_special_tokens": false, "no_stop_trim": false,
+                        "custom_params": {"k": 1}, "stream_interval": null, "temperature": 0.5,
+                        "logit_bias": {"5": 1.0}, "regex": "x"});
+        let obj = sp.as_object().cloned().unwrap_or_default();
+        assert_eq!(
+            native_only(&obj),
+            [
+                "sampling_params.stop_regex",
+                "sampling_params.spaces_between_special_tokens",
+                "sampling_params.custom_params",
+            ]
+        );
+        let bad = json!({"logit_bias": {"5": "high"}});
+        let obj = bad.as_object().cloned().unwrap_or_default();
+        assert_eq!(native_only(&obj), ["sampling_params.logit_bias"]);
+    }
+
+    #[test]
+    fn constraints_follow_sglang() {
+        let obj = |v: Value| v.as_object().cloned().unwrap_or_default();
+        let lb = logit_bias(&obj(json!({"logit_bias": {" 7 ": -2, "1_0": 0.5}})));
+        assert_eq!(
+            lb,
+            Some(vec![
+                LogitBias {
+                    token_id: 7,
+                    bias: -2.0
+                },
+                LogitBias {
+                    token_id: 10,
+                    bias: 0.5
+                }
+            ])
+        );
+        // The scheduler's order: json_schema, regex, ebnf, then a non-empty structural_tag.
+        assert_eq!(
+            structured(&obj(json!({"structural_tag": "t", "ebnf": "g"}))),
+            Some(StructuredOutput::Grammar("g".into()))
+        );
+        assert_eq!(
+            structured(&obj(json!({"structural_tag": "", "regex": null}))),
+            None
+        );
+        assert_eq!(
+            structured(&obj(json!({"json_schema": {"type": "object"}}))),
+            Some(StructuredOutput::JsonSchema(r#"{"type":"object"}"#.into()))
+        );
+    }
+
+    #[test]
     fn typed_reads() {
         let obj = json!({"max_new_tokens": null, "stop_token_ids": [2, null, 5, 2, -1], "top_k": -1, "sampling_seed": 43})
             .as_object()

@@ -752,3 +752,66 @@ fn has_overflow(v: &Value) -> bool {
         _ => false,
     }
 }
+
+#[cfg(test)]
+mod key_tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn map(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn native_only_lists_set_keys_without_a_typed_counterpart() {
+        let body = map(json!({
+            "token_ids": [1], "features": null, "ec_transfer_params": {"a": 1},
+            "sampling_params": {"detokenize": true, "skip_special_tokens": false,
+                "bad_words": [], "allowed_token_ids": [3], "output_text_buffer_length": 0,
+                "structured_outputs": {"regex": "x", "disable_fallback": true, "choice": null},
+                "logit_bias": {"5": 1.0}}
+        }));
+        assert_eq!(
+            native_only(&body),
+            [
+                "ec_transfer_params",
+                "sampling_params.skip_special_tokens",
+                "sampling_params.allowed_token_ids",
+                "sampling_params.structured_outputs.disable_fallback",
+            ]
+        );
+        let bad = map(json!({"sampling_params": {"logit_bias": {"5": "inf"}}}));
+        assert_eq!(native_only(&bad), ["sampling_params.logit_bias"]);
+    }
+
+    #[test]
+    fn constraints_in_typed_form() {
+        let sp = map(json!({"logit_bias": {"9": "1.5", "3": -2}}));
+        assert_eq!(
+            logit_bias(&sp),
+            Some(vec![
+                LogitBias {
+                    token_id: 9,
+                    bias: 1.5
+                },
+                LogitBias {
+                    token_id: 3,
+                    bias: -2.0
+                }
+            ])
+        );
+        let sp = map(json!({"structured_outputs": {"json": {"type": "object"}}}));
+        assert_eq!(
+            structured(&sp),
+            Some(StructuredOutput::JsonSchema(r#"{"type":"object"}"#.into()))
+        );
+        let sp = map(json!({"structured_outputs": {"grammar": "root ::= \"a\""}}));
+        assert_eq!(
+            structured(&sp),
+            Some(StructuredOutput::Grammar("root ::= \"a\"".into()))
+        );
+        let sp = map(json!({"structured_outputs": {"choice": ["a"]}}));
+        assert_eq!(structured(&sp), None);
+    }
+}

@@ -376,3 +376,93 @@ fn pd_typed_body_carries_the_bootstrap_triple() {
     assert_eq!(v["bootstrap_port"], 9000);
     assert_eq!(raw_room(d), "9223372036854775807");
 }
+
+/// A vLLM-format request as the vLLM projection hands it over, with `constraints` and
+/// `native_only` set.
+fn from_vllm(constraints: genfront_protocol::Constraints, native_only: &[&str]) -> EngineRequest {
+    EngineRequest {
+        request_id: "0123abcd".into(),
+        token_ids: vec![7, 8, 9],
+        constraints,
+        native_only: native_only.iter().map(|k| (*k).to_owned()).collect(),
+        native: NativeBody {
+            format: "vllm".into(),
+            body: json!({"token_ids": [7, 8, 9], "sampling_params": {}}),
+        },
+        ..EngineRequest::default()
+    }
+}
+
+#[test]
+fn typed_body_carries_logit_bias_and_the_grammar() {
+    use genfront_protocol::{Constraints, LogitBias, StructuredOutput};
+    for (structured, key) in [
+        (StructuredOutput::JsonSchema("{}".into()), "json_schema"),
+        (StructuredOutput::Regex("[a-z]+".into()), "regex"),
+        (StructuredOutput::Grammar("root ::= \"a\"".into()), "ebnf"),
+        (
+            StructuredOutput::StructuralTag("{}".into()),
+            "structural_tag",
+        ),
+    ] {
+        let text = match &structured {
+            StructuredOutput::JsonSchema(t)
+            | StructuredOutput::Regex(t)
+            | StructuredOutput::Grammar(t)
+            | StructuredOutput::StructuralTag(t) => t.clone(),
+        };
+        let req = from_vllm(
+            Constraints {
+                logit_bias: vec![
+                    LogitBias {
+                        token_id: 9,
+                        bias: -1.5,
+                    },
+                    LogitBias {
+                        token_id: 5,
+                        bias: 2.0,
+                    },
+                ],
+                structured: Some(structured),
+            },
+            &[],
+        );
+        let out = bodies(&req, Caps::default()).expect("typed body");
+        let sp = &out[0].1["sampling_params"];
+        assert_eq!(sp["logit_bias"], json!({"9": -1.5, "5": 2.0}));
+        assert_eq!(keys(&sp["logit_bias"]), ["9", "5"], "client order kept");
+        assert_eq!(sp[key], json!(text), "{key}");
+    }
+}
+
+#[test]
+fn typed_body_refuses_native_only_keys_by_name() {
+    let req = from_vllm(
+        Default::default(),
+        &["sampling_params.bad_words", "features"],
+    );
+    let err = bodies(&req, Caps::default()).expect_err("refused");
+    assert_eq!(err.kind, ErrorKind::Unsupported);
+    assert!(
+        err.message
+            .contains("sampling_params.bad_words, features have no equivalent"),
+        "{}",
+        err.message
+    );
+    // The same keys on an SGLang client's own request are the engine's: forwarded natively.
+    let mut own = native(json!({"input_ids": [7, 8, 9], "custom": 1}));
+    own.native_only = vec!["sampling_params.stop_regex".into()];
+    assert!(bodies(&own, Caps::default()).is_ok());
+}
+
+#[test]
+fn typed_body_names_kv_transfer_params() {
+    let mut req = from_vllm(Default::default(), &[]);
+    req.handoff = Some(json!({"do_remote_decode": true}));
+    let err = bodies(&req, Caps::default()).expect_err("refused");
+    assert!(
+        err.message.starts_with("kv_transfer_params"),
+        "{}",
+        err.message
+    );
+}
