@@ -27,7 +27,7 @@ use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 
-use crate::logprobs::{LogprobMode, Logprobs, Positions, PromptLogprobsJson};
+use crate::logprobs::{LogprobMode, Logprobs, Positions, PromptLogprobsJson, TextLogprobs};
 use crate::npy::routed_experts_b64;
 
 /// What a response needs to know about its request.
@@ -55,6 +55,9 @@ pub(crate) struct ResponseConfig {
     pub return_token_ids: Option<(Vec<u32>, Option<Value>)>,
     /// Emulate `--enable-prompt-tokens-details` (report `cached_tokens`).
     pub prompt_tokens_details: bool,
+    /// `output_mode="text"`: `GenerateTextResponse` / `GenerateTextStreamResponse` shapes (a
+    /// per-choice `text`, decoded logprobs, `output_mode: "text"`).
+    pub text_mode: bool,
 }
 
 #[derive(Debug, Default)]
@@ -66,6 +69,8 @@ struct Choice {
     /// piece.
     routed_native: Option<String>,
     mask: Option<Vec<Vec<u32>>>,
+    /// The engine's output text so far (text mode): its deltas concatenated.
+    text: String,
     weight_versions: Option<Value>,
     finish: Option<FinishReason>,
     /// vLLM ended the choice with `"repetition"`.
@@ -147,7 +152,7 @@ impl VllmAssembler {
             usage,
             prompt_token_ids: prompt_ids,
             mm_placeholders: placeholders,
-            output_mode: "tokens",
+            output_mode: self.output_mode(),
             choices: [ChoiceJson {
                 index: out.index,
                 finish_reason,
@@ -161,10 +166,19 @@ impl VllmAssembler {
                     .and_then(routed_b64),
                 sampling_mask: out.sampling_mask.as_deref(),
                 weight_versions,
-                logprobs: self.cfg.logprobs.map(|mode| Logprobs {
-                    tokens: &out.token_ids,
-                    positions: Positions::Delta(out.logprobs.as_deref()),
-                    mode,
+                text: self
+                    .cfg
+                    .text_mode
+                    .then(|| native.text.as_deref().unwrap_or_default()),
+                logprobs: self.cfg.logprobs.map(|mode| {
+                    ChoiceLogprobs::new(
+                        Logprobs {
+                            tokens: &out.token_ids,
+                            positions: Positions::Delta(out.logprobs.as_deref()),
+                            mode,
+                        },
+                        self.cfg.text_mode,
+                    )
                 }),
             }],
         };
@@ -173,15 +187,24 @@ impl VllmAssembler {
         Ok(())
     }
 
+    /// `output_mode` of every chunk and of the unary body.
+    fn output_mode(&self) -> &'static str {
+        if self.cfg.text_mode { "text" } else { "tokens" }
+    }
+
     fn gather(
         &mut self,
         out: EngineOutput,
         native_routed: Option<String>,
+        text: Option<String>,
     ) -> Result<(), GenerateError> {
         let want_logprobs = self.cfg.logprobs.is_some();
         let Some(choice) = self.choices.get_mut(out.index as usize) else {
             return Err(contract("output for an unknown choice"));
         };
+        if let Some(t) = text {
+            choice.text.push_str(&t);
+        }
         let n = out.token_ids.len();
         if want_logprobs {
             let mut given = out.logprobs.unwrap_or_default().into_iter();
@@ -207,6 +230,9 @@ struct NativeFrame {
     repetition: bool,
     /// vLLM's base64 `.npy` for this output's routed experts.
     routed_experts: Option<String>,
+    /// The output's text delta: the vLLM choice's `text` (text mode), or `engine_data.text`
+    /// (the delta an SGLang engine client puts there).
+    text: Option<String>,
 }
 
 impl VllmAssembler {
@@ -241,6 +267,10 @@ impl VllmAssembler {
                     matched: StopMatch::Text(_)
                 })
             );
+        let text = match choice.remove("text").or_else(|| data.remove("text")) {
+            Some(Value::String(t)) => Some(t),
+            _ => None,
+        };
         let routed_experts = match choice.remove("routed_experts") {
             Some(Value::String(text)) if out.routed_experts.is_some() => Some(text),
             _ => None,
@@ -256,6 +286,7 @@ impl VllmAssembler {
         NativeFrame {
             repetition,
             routed_experts,
+            text,
         }
     }
 }
@@ -342,12 +373,16 @@ impl Assembler for VllmAssembler {
             if let Some(c) = self.choices.get_mut(index) {
                 hold_routed(c, out.routed_experts.take(), native.routed_experts.clone())?;
             }
-            // "Terminal outputs are always emitted"; other deltas without tokens are skipped.
-            if !out.token_ids.is_empty() || finish.is_some() {
+            // "Terminal outputs are always emitted"; other deltas without tokens are skipped,
+            // except, in text mode, text held back for stop-string matching, which can arrive
+            // without token ids.
+            let held_text =
+                self.cfg.text_mode && native.text.as_deref().is_some_and(|t| !t.is_empty());
+            if !out.token_ids.is_empty() || finish.is_some() || held_text {
                 self.stream_chunk(&out, &native, events)?;
             }
         } else {
-            self.gather(out, native.routed_experts)?;
+            self.gather(out, native.routed_experts, native.text)?;
         }
         if let Some(c) = self.choices.get_mut(index) {
             c.finish = finish;
@@ -367,7 +402,7 @@ impl Assembler for VllmAssembler {
             let chunk = UsageChunk {
                 request_id: &self.cfg.request_id,
                 usage: self.usage(total, true, true),
-                output_mode: "tokens",
+                output_mode: self.output_mode(),
                 choices: [(); 0],
             };
             events.push(to_bytes(&chunk)?);
@@ -396,10 +431,16 @@ impl Assembler for VllmAssembler {
                     routed_experts: routed_b64(c),
                     sampling_mask: c.mask.as_deref(),
                     weight_versions: c.weight_versions.as_ref(),
-                    logprobs: self.cfg.logprobs.map(|mode| Logprobs {
-                        tokens: &c.token_ids,
-                        positions: Positions::Gathered(&c.logprobs),
-                        mode,
+                    text: self.cfg.text_mode.then_some(c.text.as_str()),
+                    logprobs: self.cfg.logprobs.map(|mode| {
+                        ChoiceLogprobs::new(
+                            Logprobs {
+                                tokens: &c.token_ids,
+                                positions: Positions::Gathered(&c.logprobs),
+                                mode,
+                            },
+                            self.cfg.text_mode,
+                        )
                     }),
                 }
             })
@@ -424,7 +465,7 @@ impl Assembler for VllmAssembler {
             metrics: self.metrics.as_ref(),
             kv_transfer_params: self.kv_transfer_params.as_ref(),
             ec_transfer_params: self.ec_transfer_params.as_ref(),
-            output_mode: "tokens",
+            output_mode: self.output_mode(),
             choices,
         };
         Ok(NativeResponse::json(StatusCode::OK, to_bytes(&body)?))
@@ -536,7 +577,28 @@ struct ChoiceJson<'a> {
     routed_experts: Option<String>,
     sampling_mask: Option<&'a [Vec<u32>]>,
     weight_versions: Option<&'a Value>,
-    logprobs: Option<Logprobs<'a>>,
+    /// Text mode only (`GenerateTextChoice.text`, declared before `logprobs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<&'a str>,
+    logprobs: Option<ChoiceLogprobs<'a>>,
+}
+
+/// A choice's logprobs in the request's output mode.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum ChoiceLogprobs<'a> {
+    Tokens(Logprobs<'a>),
+    Text(TextLogprobs<'a>),
+}
+
+impl<'a> ChoiceLogprobs<'a> {
+    fn new(lp: Logprobs<'a>, text_mode: bool) -> Self {
+        if text_mode {
+            Self::Text(TextLogprobs(lp))
+        } else {
+            Self::Tokens(lp)
+        }
+    }
 }
 
 #[derive(Serialize)]

@@ -1,4 +1,4 @@
-//! Logprob JSON in vLLM 0.33.0's `output_mode="tokens"` shapes (spec §6.3), serialised straight
+//! Logprob JSON in vLLM 0.33.0's `output_mode="tokens"` and `"text"` shapes (spec §6.3), serialised straight
 //! from the engine's [`TokenLogprob`]s without building intermediate JSON values.
 //!
 //! - Output: `GenerateLogProbs` = `{"content":[{"token_id","logprob","rank","top_logprobs":[…]}]}`.
@@ -8,7 +8,11 @@
 //!   `rank: null`; rank 0 is sent as `null`. A position without data gives
 //!   `{"token_id": t, "logprob": -9999.0, "rank": null, "top_logprobs": []}`.
 //! - Prompt: `prompt_logprobs` = `[null, {"<id>": {"logprob","rank","decoded_token"}}, …]` (first
-//!   position `null`, `-inf` clamped to `-9999.0`, no tokenizer so `decoded_token` is `null`).
+//!   position `null`, `-inf` clamped to `-9999.0`; `decoded_token` is the engine's decoded text
+//!   ([`TokenLogprob::text`]): a string from an engine with a tokenizer, `null` from a
+//!   `--tokens-only` one — genfront never decodes).
+//! - `output_mode="text"`: [`TextLogprobs`], OpenAI `ChatCompletionLogProbs` with the engine's
+//!   decoded token strings.
 
 use genfront_protocol::{Candidate, PromptLogprobs, TokenLogprob};
 use serde::ser::{SerializeMap, SerializeSeq};
@@ -217,10 +221,10 @@ struct PromptEntry<'a> {
 }
 
 #[derive(Serialize)]
-struct PromptLogprob {
+struct PromptLogprob<'a> {
     logprob: f64,
     rank: Option<u32>,
-    decoded_token: Option<&'static str>,
+    decoded_token: Option<&'a str>,
 }
 
 impl Serialize for PromptEntry<'_> {
@@ -238,7 +242,7 @@ impl Serialize for PromptEntry<'_> {
             &PromptLogprob {
                 logprob: clamp(e.logprob),
                 rank,
-                decoded_token: None,
+                decoded_token: e.text.as_deref(),
             },
         )?;
         for c in top.iter().filter(|c| c.token_id != e.token_id) {
@@ -247,10 +251,132 @@ impl Serialize for PromptEntry<'_> {
                 &PromptLogprob {
                     logprob: clamp(c.logprob),
                     rank: c.rank,
-                    decoded_token: None,
+                    decoded_token: c.text.as_deref(),
                 },
             )?;
         }
+        map.end()
+    }
+}
+
+/// `ChatCompletionLogProbs` for `output_mode="text"` (`_create_text_logprobs`, spec §6.3):
+/// `{"content":[{"token","logprob","bytes","top_logprobs":[{"token","logprob","bytes"}]}]}`.
+///
+/// - `token` is the engine's decoded text of the token ([`TokenLogprob::text`] /
+///   [`Candidate::text`]), `bytes` its UTF-8 bytes (`token.encode("utf-8")`). A token the engine
+///   gave no text for (an engine of another kind) is vLLM's placeholder `"token_id:N"` with
+///   `bytes: null`, as vLLM writes it without a tokenizer; genfront never decodes.
+/// - `top_logprobs`: the sampled token first, then the alternatives in the engine's order
+///   without it, `max(k, 1)` entries at most (vLLM cuts its per-position dict, which starts
+///   with the sampled token, to that many). No `rank` in this shape.
+/// - A position without data: `{"token", "logprob": -9999.0, "bytes", "top_logprobs": []}`.
+pub(crate) struct TextLogprobs<'a>(pub Logprobs<'a>);
+
+impl Serialize for TextLogprobs<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(1))?;
+        map.serialize_entry("content", &TextContent(&self.0))?;
+        map.end()
+    }
+}
+
+struct TextContent<'a, 'b>(&'b Logprobs<'a>);
+
+impl Serialize for TextContent<'_, '_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let lp = self.0;
+        let mut seq = s.serialize_seq(Some(lp.tokens.len()))?;
+        for (i, token) in lp.tokens.iter().enumerate() {
+            let entry = lp.positions.get(i).filter(|e| e.token_id == *token);
+            seq.serialize_element(&TextEntry {
+                token: *token,
+                entry,
+                mode: lp.mode,
+            })?;
+        }
+        seq.end()
+    }
+}
+
+struct TextEntry<'a> {
+    token: u32,
+    entry: Option<&'a TokenLogprob>,
+    mode: LogprobMode,
+}
+
+/// One `{"token","logprob","bytes"}`.
+struct TextAlt<'a> {
+    token_id: u32,
+    text: Option<&'a str>,
+    logprob: f64,
+}
+
+impl TextAlt<'_> {
+    fn write<M: SerializeMap>(&self, map: &mut M) -> Result<(), M::Error> {
+        match self.text {
+            Some(t) => {
+                map.serialize_entry("token", t)?;
+                map.serialize_entry("logprob", &clamp(self.logprob))?;
+                map.serialize_entry("bytes", t.as_bytes())?;
+            }
+            None => {
+                map.serialize_entry("token", &format!("token_id:{}", self.token_id))?;
+                map.serialize_entry("logprob", &clamp(self.logprob))?;
+                map.serialize_entry("bytes", &None::<()>)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Serialize for TextAlt<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(3))?;
+        self.write(&mut map)?;
+        map.end()
+    }
+}
+
+impl Serialize for TextEntry<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(4))?;
+        let Some(e) = self.entry else {
+            TextAlt {
+                token_id: self.token,
+                text: None,
+                logprob: FLOOR,
+            }
+            .write(&mut map)?;
+            map.serialize_entry("top_logprobs", &[(); 0])?;
+            return map.end();
+        };
+        let sampled = TextAlt {
+            token_id: e.token_id,
+            text: e.text.as_deref(),
+            logprob: e.logprob,
+        };
+        sampled.write(&mut map)?;
+        let source = if self.mode.selected {
+            &e.selected
+        } else {
+            &e.top
+        };
+        let others: Vec<TextAlt<'_>> = source
+            .iter()
+            // An id-bearing list (another engine) holds the sampled token at its rank.
+            .filter(|c| c.token_id == Candidate::UNKNOWN_ID || c.token_id != e.token_id)
+            .map(|c| TextAlt {
+                token_id: c.token_id,
+                text: c.text.as_deref(),
+                logprob: c.logprob,
+            })
+            .collect();
+        let width = self.mode.k.max(1);
+        let top: Vec<&TextAlt<'_>> = std::iter::once(&sampled)
+            .chain(others.iter())
+            .take(width)
+            .collect();
+        map.serialize_entry("top_logprobs", &top)?;
         map.end()
     }
 }

@@ -353,15 +353,11 @@ pub(crate) fn serve_checks(
     if !s.stop.is_empty() && engine.tokenizer == Some(false) {
         return Err(bad_request(STOP_ON_TOKENS_ONLY));
     }
-    if r.output_mode != "tokens" && engine.tokenizer != Some(false) {
-        // The engine could answer it, but genfront's vLLM assembler builds only the tokens
-        // shapes (the text shapes — `text`, OpenAI-style decoded logprobs — are not relayed yet).
-        return Err(bad_request(format!(
-            "output_mode={} is not supported through genfront yet; use output_mode='tokens'.",
-            py_str(&r.output_mode)
-        )));
-    }
-    if r.output_mode != "tokens" {
+    // `output_mode="text"` needs the engine's tokenizer: refused for a `--tokens-only` engine
+    // with vLLM's message (`serve_tokens`: "The no-op detokenizer returns \"\"…"), forwarded to
+    // one that loads a tokenizer or whose kind is unknown (the engine's text and decoded
+    // logprobs are relayed; its own 400 is relayed too).
+    if r.output_mode != "tokens" && engine.tokenizer == Some(false) {
         return Err(bad_request(format!(
             "output_mode={} requires a tokenizer, but this server does not load one (--tokens-only or --skip-tokenizer-init). Send the request to a server that loads a tokenizer, or use output_mode='tokens'.",
             py_str(&r.output_mode)

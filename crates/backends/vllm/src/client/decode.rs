@@ -657,6 +657,9 @@ fn output_logprobs(
         .iter()
         .zip(tokens)
         .map(|(entry, &token)| {
+            if let Some(text) = text_token(entry) {
+                return Some(text_entry(entry, token, text, selected));
+            }
             let own = Candidate {
                 token_id: token,
                 logprob: logprob_of(entry),
@@ -698,6 +701,55 @@ fn output_logprobs(
         .collect()
 }
 
+/// The decoded `token` string of an `output_mode: "text"` entry (`ChatCompletionLogProb`:
+/// `{token, logprob, bytes}`, no `token_id`); `None` for the tokens shape and for the older
+/// `"token_id:N"` placeholder shape.
+fn text_token(entry: &Value) -> Option<&str> {
+    if entry.get("token_id").is_some() {
+        return None;
+    }
+    entry
+        .get("token")?
+        .as_str()
+        .filter(|t| !t.starts_with("token_id:"))
+}
+
+/// One `output_mode: "text"` position (`_create_text_logprobs`): the sampled token's decoded
+/// text and logprob; its `top_logprobs` list the sampled token first (vLLM's per-position dict
+/// starts with it), then the alternatives best first, by decoded text only. The first entry
+/// becomes the sampled token again; the rest are kept in order as candidates without an id
+/// ([`Candidate::UNKNOWN_ID`], no rank) — in `selected` for `logprob_token_ids`, else in `top`.
+fn text_entry(entry: &Value, token: u32, text: &str, selected: &[u32]) -> TokenLogprob {
+    let alternatives: Vec<Candidate> = match entry.get("top_logprobs") {
+        Some(Value::Array(items)) => items
+            .iter()
+            .skip(1)
+            .filter_map(|c| {
+                Some(Candidate {
+                    token_id: Candidate::UNKNOWN_ID,
+                    logprob: logprob_of(c),
+                    rank: None,
+                    text: Some(c.get("token")?.as_str()?.to_owned()),
+                })
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    let (top, chosen) = if selected.is_empty() {
+        (alternatives, Vec::new())
+    } else {
+        (Vec::new(), alternatives)
+    };
+    TokenLogprob {
+        token_id: token,
+        logprob: logprob_of(entry),
+        rank: None,
+        top,
+        selected: chosen,
+        text: Some(text.to_owned()),
+    }
+}
+
 /// One prompt position `{"<id>": {"logprob", "rank", "decoded_token"}, …}` for prompt token
 /// `token`.
 fn prompt_entry(value: &Value, token: u32, k: usize) -> Option<TokenLogprob> {
@@ -712,7 +764,11 @@ fn prompt_entry(value: &Value, token: u32, k: usize) -> Option<TokenLogprob> {
             token_id: id,
             logprob: logprob_of(v),
             rank: rank_of(v),
-            text: None,
+            // An engine with a tokenizer decodes every prompt-logprob token.
+            text: v
+                .get("decoded_token")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
         };
         if id == token && own.is_none() {
             own = Some(c);
@@ -725,8 +781,8 @@ fn prompt_entry(value: &Value, token: u32, k: usize) -> Option<TokenLogprob> {
         token_id: token,
         logprob: own.logprob,
         rank: own.rank,
+        text: own.text.clone(),
         top: with_own_token(others, own, k),
         selected: Vec::new(),
-        text: None,
     })
 }

@@ -6,5 +6,6 @@ mod fixtures;
 mod props;
 mod schema;
 mod support;
+mod text_mode;
 mod units;
 mod validation;

@@ -823,3 +823,65 @@ fn pd_prefill_answer_hands_off_its_kv_transfer_params() {
     assert_eq!(last.finish_reason, Some(FinishReason::Length { length: 1 }));
     assert!(out[..out.len() - 1].iter().all(|o| o.handoff.is_none()));
 }
+
+/// `output_mode: "text"` chunks (`_create_text_logprobs`): `{token, logprob, bytes,
+/// top_logprobs}` entries without ids. The sampled token gets its decoded text; the first top
+/// entry (the sampled token, vLLM's dict starts with it) is dropped and the rest kept in order
+/// by text, without an id; the choice's `text` delta stays in `engine_data`. Prompt logprobs'
+/// `decoded_token` (an engine with a tokenizer) becomes the candidates' text.
+#[test]
+fn text_mode_logprobs_and_decoded_prompt_tokens() {
+    let mut dec = Decoder::new(DecodeSpec {
+        logprobs: Some(2),
+        ..spec(1)
+    });
+    let mut c = chunk(0, &[110_837], Some("length"), Value::Null);
+    c["output_mode"] = json!("text");
+    c["choices"][0]["text"] = json!(" ghyz");
+    c["choices"][0]["logprobs"] = json!({"content": [{"token": " ghyz", "logprob": -0.442,
+        "bytes": [32, 103, 104, 121, 122], "top_logprobs": [
+            {"token": " ghyz", "logprob": -0.442, "bytes": [32, 103, 104, 121, 122]},
+            {"token": " gliq", "logprob": -0.774, "bytes": [32, 103, 108, 105, 113]}]}]});
+    let items = feed_done(&mut dec, &[c, done()]);
+    let o = items.into_iter().next().expect("one item").expect("ok");
+    assert_eq!(
+        o.logprobs,
+        Some(vec![TokenLogprob {
+            token_id: 110_837,
+            logprob: -0.442,
+            rank: None,
+            top: vec![Candidate {
+                token_id: Candidate::UNKNOWN_ID,
+                logprob: -0.774,
+                rank: None,
+                text: Some(" gliq".to_owned()),
+            }],
+            selected: Vec::new(),
+            text: Some(" ghyz".to_owned()),
+        }])
+    );
+    assert_eq!(
+        o.engine_data
+            .as_ref()
+            .map(|d| d["choices"][0]["text"].clone()),
+        Some(json!(" ghyz"))
+    );
+
+    let mut dec = Decoder::new(DecodeSpec {
+        prompt: vec![5, 6],
+        prompt_logprobs: Some(PromptLogprobOptions { start: 0, top_k: 1 }),
+        ..spec(1)
+    });
+    let body = json!({"request_id": "generate-tokens-x", "output_mode": "text",
+        "prompt_logprobs": [null, {"6": {"logprob": -13.0, "rank": 4139, "decoded_token": " g"},
+                                   "9": {"logprob": -0.7, "rank": 1, "decoded_token": " j"}}],
+        "choices": [{"index": 0, "finish_reason": "length", "stop_reason": null,
+                     "token_ids": [7], "text": " h", "logprobs": null}]});
+    let mut queue = VecDeque::new();
+    dec.on_unary(body.to_string().as_bytes(), &mut queue);
+    let o = queue.pop_front().expect("one item").expect("ok");
+    let p = o.prompt_logprobs.expect("prompt logprobs");
+    let e = p.entries[1].clone().expect("position 1");
+    assert_eq!(e.text.as_deref(), Some(" g"));
+    assert_eq!(e.top[0].text.as_deref(), Some(" j"));
+}
