@@ -202,7 +202,10 @@ impl Decoder {
         let mut decoded = Vec::with_capacity(choices.len());
         for choice in choices {
             match self.decode_choice(choice, false) {
-                Ok(d) => decoded.push(d),
+                Ok(d) => {
+                    self.mark_finished(&d);
+                    decoded.push(d);
+                }
                 Err(e) => return self.fail(out, e),
             }
         }
@@ -362,7 +365,10 @@ impl Decoder {
         let mut decoded = Vec::with_capacity(choices.len());
         for choice in &choices {
             match self.decode_choice(choice, true) {
-                Ok(d) => decoded.push(d),
+                Ok(d) => {
+                    self.mark_finished(&d);
+                    decoded.push(d);
+                }
                 Err(e) => return self.fail(out, e),
             }
         }
@@ -402,6 +408,16 @@ impl Decoder {
         PromptLogprobs {
             start: saturate(start as u64),
             entries,
+        }
+    }
+
+    /// A choice that finishes in the entry just decoded is finished for the rest of the same
+    /// chunk (or unary body) too: a second entry with its index is output after its finish
+    /// (found by the fuzz harness: two finishing entries of one index in one chunk were both
+    /// emitted, and the request counted as done with another choice unfinished).
+    fn mark_finished(&mut self, items: &[EngineOutput]) {
+        if let Some(done) = items.iter().find(|o| o.finish_reason.is_some()) {
+            self.state_mut(done.index).finished = true;
         }
     }
 

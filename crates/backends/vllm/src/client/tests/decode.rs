@@ -91,6 +91,43 @@ fn usage(prompt: u32, completion: u32, cached: u32) -> Option<Usage> {
     })
 }
 
+/// Found by the fuzz harness (`tests/fuzz.rs`): two finishing entries of one choice in one chunk
+/// were both emitted, so choice 0 finished twice and the request counted as done with choice 1
+/// unfinished. The second entry is output after the finish: a contract error.
+#[test]
+fn a_choice_finishing_twice_in_one_chunk_is_a_contract_error() {
+    let mut dec = Decoder::new(spec(2));
+    let mut twice = chunk(0, &[5], Some("length"), Value::Null);
+    let entry = twice["choices"][0].clone();
+    twice["choices"] = json!([entry.clone(), entry]);
+    let items = feed_done(&mut dec, &[twice, done()]);
+    let finishes = items
+        .iter()
+        .filter(|i| matches!(i, Ok(o) if o.finish_reason.is_some()))
+        .count();
+    assert_eq!(finishes, 0, "{items:?}");
+    let last = items
+        .last()
+        .expect("an item")
+        .as_ref()
+        .expect_err("an error");
+    assert_eq!(last.kind, ErrorKind::Internal);
+    assert!(last.message.contains("after it finished"), "{last:?}");
+
+    // The same in a unary body.
+    let mut dec = Decoder::new(spec(2));
+    let mut queue = VecDeque::new();
+    let body = json!({"request_id": "r", "choices": [
+        {"index": 1, "token_ids": [5], "finish_reason": "length"},
+        {"index": 1, "token_ids": [6], "finish_reason": "length"}]});
+    dec.on_unary(body.to_string().as_bytes(), &mut queue);
+    let items: Vec<Item> = queue.into_iter().collect();
+    assert!(
+        items.iter().all(|i| i.as_ref().is_err()),
+        "no output of a body that breaks the contract: {items:?}"
+    );
+}
+
 #[test]
 fn interleaved_choices_with_cumulative_usage_and_final_cached_tokens() {
     let mut dec = Decoder::new(spec(2));
