@@ -916,7 +916,8 @@ fn check_refusal(fmt: &SglangFormat, error: &GenerateError, stream: bool) {
 
 /// An accepted body's engine requests respect the model's limits.
 fn check_limits(p: &Prepared, info: &EngineInfo, body_len: usize) {
-    assert!(!p.subs.is_empty(), "accepted with no engine request");
+    // An empty batch (`"text": []`) has no engine request: SGLang's `_determine_batch_size` takes
+    // `len(text)` without a check and answers `[]`; the assembler must still answer.
     let max_n = info.max_num_seqs.unwrap_or(MAX_FANOUT_UNKNOWN).max(1) as usize;
     // Every batch item takes at least two body bytes (`[]` or a string).
     assert!(

@@ -1443,6 +1443,10 @@ async fn start(g: &mut G) -> (Fake, VllmEngine) {
         .await
         .expect("bind a local port");
     let addr = listener.local_addr().expect("local address");
+    // Small scripted writes must not wait for delayed ACKs (Nagle).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
