@@ -15,7 +15,10 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::oracle::Oracle;
-use common::random::{fetch, normalize, pick, sglang_request, stream_index, vllm_request};
+use common::random::{
+    fetch, normalize, pick, sglang_request, sglang_text_in_logprobs, stream_index,
+    tokens_logprobs_as_text, vllm_request, vllm_text_mode,
+};
 use genfront::{ServeArgs, Server};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -124,6 +127,9 @@ fn sglang_text_request(rng: &mut StdRng, i: usize, tokenizer: bool) -> Value {
         o.remove("return_routed_experts");
         o.insert("text".into(), json!("hello oracle"));
     }
+    // Decoded token text in the logprob triples: strings from the oracle with a tokenizer,
+    // `null` from the one without (`return_text_in_logprobs and not skip_tokenizer_init`).
+    sglang_text_in_logprobs(rng, &mut body);
     body
 }
 
@@ -137,6 +143,9 @@ fn vllm_text_request(rng: &mut StdRng, i: usize) -> Value {
             sp["include_stop_str_in_output"] = json!(true);
         }
     }
+    // `output_mode: "text"`: relayed from the oracle with a tokenizer, refused with vLLM's
+    // message by genfront for the one without.
+    vllm_text_mode(rng, &mut body);
     body
 }
 
@@ -149,11 +158,11 @@ fn random_samples_only_greedy(sp: &mut Value) {
     }
 }
 
-/// Timing fields and minted ids.
-fn strip(v: &mut Value, regenerated: bool) {
+/// Timing fields and minted ids. `k`: the request's vLLM `logprobs` (text-mode logprobs).
+fn strip(v: &mut Value, regenerated: bool, k: i64) {
     normalize(v, regenerated);
     match v {
-        Value::Array(items) => items.iter_mut().for_each(|x| strip(x, regenerated)),
+        Value::Array(items) => items.iter_mut().for_each(|x| strip(x, regenerated, k)),
         Value::Object(o) => {
             if let Some(Value::Object(m)) = o.get_mut("meta_info") {
                 // Fresh uuid rids when the client sent none.
@@ -175,12 +184,19 @@ fn strip(v: &mut Value, regenerated: bool) {
                     }
                 }
             }
-            // KNOWN GAP (genfront, left over): vLLM `decoded_token` of prompt logprobs from an
-            // engine with a tokenizer is not relayed yet (genfront renders `null`).
-            if let Some(Value::Array(pl)) = o.get_mut("prompt_logprobs") {
-                for pos in pl.iter_mut().filter_map(Value::as_object_mut) {
-                    for e in pos.values_mut().filter_map(Value::as_object_mut) {
-                        e.remove("decoded_token");
+            // ORACLE differs from vLLM here: in `output_mode: "text"` the oracle writes the
+            // tokens-shape logprobs (`token_id`, `rank`); vLLM 0.33.0 writes
+            // `ChatCompletionLogProbs` (`_create_text_logprobs`: `token`, `logprob`, `bytes`,
+            // the sampled-first list cut to `max(k, 1)`). genfront relays the engine's decoded
+            // tokens in vLLM's shape, and where the engine gave none (this oracle) writes vLLM's
+            // no-tokenizer form, `"token_id:N"` with `bytes: null`; the oracle's answer is
+            // compared after the same mapping (ids, logprobs, order and cut all checked).
+            if o.get("output_mode") == Some(&json!("text"))
+                && let Some(Value::Array(choices)) = o.get_mut("choices")
+            {
+                for c in choices.iter_mut() {
+                    if let Some(lp) = c.get_mut("logprobs").filter(|l| !l.is_null()) {
+                        tokens_logprobs_as_text(lp, k);
                     }
                 }
             }
@@ -205,13 +221,44 @@ fn strip(v: &mut Value, regenerated: bool) {
     }
 }
 
+/// What a differential run compared.
+#[derive(Debug, Default)]
+struct Counts {
+    /// Requests compared.
+    compared: usize,
+    /// Answers that carried a `text` key.
+    with_text: usize,
+    /// 200 answers to requests that asked for decoded tokens (SGLang `return_text_in_logprobs`
+    /// with logprobs, vLLM `output_mode: "text"`).
+    decoded: usize,
+    /// Of those, the ones with decoded token strings in the logprobs.
+    decoded_strings: usize,
+}
+
+/// An SGLang answer (or chunk, or batch) with a logprob triple whose text slot is a string.
+fn has_decoded_triple(v: &Value) -> bool {
+    match v {
+        Value::Array(items) => items.iter().any(has_decoded_triple),
+        Value::Object(o) => o.get("meta_info").is_some_and(|m| {
+            ["output_token_logprobs", "input_token_logprobs"]
+                .iter()
+                .any(|k| {
+                    m[*k]
+                        .as_array()
+                        .is_some_and(|l| l.iter().any(|t| t[2].is_string()))
+                })
+        }),
+        _ => false,
+    }
+}
+
 /// Send `n` randomized requests to the direct oracle and through genfront; panic on the first
-/// difference. Returns how many were compared (and how many carried text).
-async fn differential(api: &str, tokenizer: bool, n: usize, seed: u64) -> (usize, usize) {
+/// difference.
+async fn differential(api: &str, tokenizer: bool, n: usize, seed: u64) -> Counts {
     let s = setup(api, tokenizer).await;
     let client = reqwest::Client::new();
     let mut rng = StdRng::seed_from_u64(seed);
-    let (mut compared, mut with_text) = (0, 0);
+    let mut counts = Counts::default();
     for i in 0..n {
         let body = if api == "sglang" {
             sglang_text_request(&mut rng, i, tokenizer)
@@ -222,8 +269,9 @@ async fn differential(api: &str, tokenizer: bool, n: usize, seed: u64) -> (usize
         let (s2, mut got) = fetch(&client, &s.gf.url(path(api)), &body).await;
         let regenerated = body["sampling_params"]["n"].as_u64().unwrap_or(1) > 1
             || body["input_ids"][0].is_array();
+        let k = body["sampling_params"]["logprobs"].as_i64().unwrap_or(0);
         for v in want.iter_mut().chain(got.iter_mut()) {
-            strip(v, regenerated);
+            strip(v, regenerated, k);
         }
         want.sort_by_key(stream_index);
         got.sort_by_key(stream_index);
@@ -244,38 +292,72 @@ async fn differential(api: &str, tokenizer: bool, n: usize, seed: u64) -> (usize
                 want.get(first).map(Value::to_string).unwrap_or_default(),
             );
         }
-        if want.iter().any(|v| v.to_string().contains("\"text\"")) {
-            with_text += 1;
+        let answer = Value::from(want.clone()).to_string();
+        if answer.contains("\"text\"") {
+            counts.with_text += 1;
         }
-        compared += 1;
+        let asked = body["return_text_in_logprobs"] == json!(true) || body["output_mode"] == "text";
+        if asked && s1 == 200 {
+            counts.decoded += 1;
+            if want.iter().any(has_decoded_triple) {
+                counts.decoded_strings += 1;
+            }
+        }
+        counts.compared += 1;
     }
-    (compared, with_text)
+    counts
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sglang_with_tokenizer_equals_oracle() {
-    let (n, text) = differential("sglang", true, REQUESTS, 31).await;
-    assert_eq!(n, REQUESTS);
-    assert!(text > REQUESTS / 2, "most answers carry text: {text}");
+    let c = differential("sglang", true, REQUESTS, 31).await;
+    assert_eq!(c.compared, REQUESTS);
+    assert!(c.with_text > REQUESTS / 2, "most answers carry text: {c:?}");
+    assert!(
+        c.decoded >= 50,
+        "return_text_in_logprobs compared often: {c:?}"
+    );
+    // Answers without a logprob entry (no output and `logprob_start_len: -1`) have no slot.
+    assert!(
+        c.decoded_strings > c.decoded * 3 / 4,
+        "decoded token text in the triples: {c:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sglang_without_tokenizer_equals_oracle() {
-    let (n, text) = differential("sglang", false, REQUESTS, 32).await;
-    assert_eq!(n, REQUESTS);
-    assert_eq!(text, 0, "a --skip-tokenizer-init engine sends no text");
+    let c = differential("sglang", false, REQUESTS, 32).await;
+    assert_eq!(c.compared, REQUESTS);
+    assert_eq!(
+        c.with_text, 0,
+        "a --skip-tokenizer-init engine sends no text"
+    );
+    assert!(
+        c.decoded >= 50,
+        "return_text_in_logprobs compared often: {c:?}"
+    );
+    assert_eq!(
+        c.decoded_strings, 0,
+        "null text slots without a tokenizer: {c:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vllm_with_tokenizer_equals_oracle() {
-    let (n, _) = differential("vllm", true, REQUESTS, 33).await;
-    assert_eq!(n, REQUESTS);
+    let c = differential("vllm", true, REQUESTS, 33).await;
+    assert_eq!(c.compared, REQUESTS);
+    assert!(c.decoded >= 50, "output_mode text compared often: {c:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vllm_without_tokenizer_equals_oracle() {
-    let (n, _) = differential("vllm", false, REQUESTS, 34).await;
-    assert_eq!(n, REQUESTS);
+    let c = differential("vllm", false, REQUESTS, 34).await;
+    assert_eq!(c.compared, REQUESTS);
+    // UNRESOLVED (oracle vs vLLM): `--skip-tokenizer-init` makes only the oracle's SGLang face
+    // token-only; its vLLM face still answers text mode, and a vLLM worker does not report
+    // `--tokens-only`, so genfront forwards it and both answer alike. genfront's refusal for a
+    // `--tokens-only` engine is pinned by the vLLM crate's unit tests.
+    assert!(c.decoded >= 50, "output_mode text compared often: {c:?}");
 }
 
 /// A character split across tokens (and the body across TCP writes of a few bytes) reaches the
@@ -325,7 +407,7 @@ async fn utf8_split_across_tokens_and_writes() {
         let (_, mut direct_events) = fetch(&client, &direct.url("/generate"), &body(true)).await;
         let mut got = events.clone();
         for v in got.iter_mut().chain(direct_events.iter_mut()) {
-            strip(v, false);
+            strip(v, false, 0);
         }
         assert_eq!(got, direct_events, "incremental {incremental}");
     }
@@ -346,7 +428,7 @@ async fn large_vocabulary_through_direct_mode() {
         let (s2, mut got) = fetch(&client, &s.gf.url(path(api)), &body).await;
         assert_eq!((s1, s2), (200, 200), "{api}: {got:?}");
         for v in want.iter_mut().chain(got.iter_mut()) {
-            strip(v, false);
+            strip(v, false, 0);
             if let Some(o) = v.as_object_mut() {
                 o.remove("request_id");
             }

@@ -124,3 +124,53 @@ pub async fn fetch(client: &reqwest::Client, url: &str, body: &Value) -> (u16, V
     };
     (status, values)
 }
+
+/// Sometimes ask an SGLang request with logprobs for the decoded token text in each triple
+/// (`return_text_in_logprobs`; SGLang fills it only with a tokenizer, `null` otherwise).
+pub fn sglang_text_in_logprobs(rng: &mut StdRng, body: &mut Value) {
+    if body.get("return_logprob").is_some() && rng.random_bool(0.5) {
+        body["return_text_in_logprobs"] = json!(true);
+    }
+}
+
+/// Sometimes ask a vLLM request for `output_mode: "text"` (a per-choice `text`, decoded
+/// logprobs), more often when it has logprobs, unary or SSE as drawn. An engine without a
+/// tokenizer refuses it with vLLM's message.
+pub fn vllm_text_mode(rng: &mut StdRng, body: &mut Value) {
+    let p = if body["sampling_params"].get("logprobs").is_some() {
+        0.5
+    } else {
+        0.25
+    };
+    if rng.random_bool(p) {
+        body["output_mode"] = json!("text");
+    }
+}
+
+/// vLLM text-mode logprobs as vLLM writes them for entries it has no decoded token for
+/// (`_create_text_logprobs` without a tokenizer: `"token_id:N"`, `bytes: null`, no rank, the
+/// per-position list — sampled token first — cut to `max(k, 1)`), built from tokens-shape
+/// entries (`{"token_id", "logprob", "rank", "top_logprobs"}`). Entries already in the text
+/// shape are left alone.
+pub fn tokens_logprobs_as_text(logprobs: &mut Value, k: i64) {
+    let Some(content) = logprobs.get_mut("content").and_then(Value::as_array_mut) else {
+        return;
+    };
+    let alt = |c: &Value| {
+        json!({"token": format!("token_id:{}", c["token_id"]), "logprob": c["logprob"],
+               "bytes": null})
+    };
+    for e in content.iter_mut() {
+        if e.get("token_id").is_none() {
+            continue;
+        }
+        let width = if k < 0 { usize::MAX } else { k.max(1) as usize };
+        let top: Vec<Value> = e["top_logprobs"]
+            .as_array()
+            .map(|t| t.iter().take(width).map(alt).collect())
+            .unwrap_or_default();
+        let mut entry = alt(e);
+        entry["top_logprobs"] = Value::Array(top);
+        *e = entry;
+    }
+}
