@@ -182,11 +182,8 @@ pub fn timed(
                 },
             };
             st.first = false;
-            match next {
-                Some(item) => Some((item, st)),
-                // Ending drops `st`, and with it the finished inner stream.
-                None => None,
-            }
+            // Ending drops `st`, and with it the finished inner stream.
+            next.map(|item| (item, st))
         }
     }))
 }
@@ -247,11 +244,7 @@ mod tests {
             assert_eq!(p, TimeoutPhase::FirstByte);
             s.fetch_add(1, Ordering::SeqCst);
         });
-        let stream = slow(
-            Duration::from_secs(10),
-            Duration::ZERO,
-            dropped.clone(),
-        );
+        let stream = slow(Duration::from_secs(10), Duration::ZERO, dropped.clone());
         let items: Vec<_> = timed(stream, limits(100, 100), true, Some(observer))
             .collect()
             .await;

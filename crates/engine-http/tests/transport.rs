@@ -109,7 +109,8 @@ async fn probes_and_the_api_key() {
     assert!(e.message.contains("could not be reached"), "{e:?}");
     // The cause is named first, not only reqwest's "error sending request".
     assert!(
-        e.message.contains("could not be reached (connection refused)"),
+        e.message
+            .contains("could not be reached (connection refused)"),
         "{e:?}"
     );
     let bad = build_client(

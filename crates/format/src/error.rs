@@ -184,7 +184,9 @@ impl GenerateError {
                 }
                 ErrorKind::Overloaded => Cow::Borrowed("Service temporarily overloaded"),
                 ErrorKind::Cancelled => Cow::Borrowed("Request cancelled"),
-                ErrorKind::Timeout => Cow::Borrowed("Gateway timeout: the engine did not answer in time"),
+                ErrorKind::Timeout => {
+                    Cow::Borrowed("Gateway timeout: the engine did not answer in time")
+                }
                 ErrorKind::Internal => Cow::Borrowed("Internal server error"),
             },
             GenerateError::Internal(_) => Cow::Borrowed("Internal server error"),

@@ -1,7 +1,8 @@
 //! The shared generate and abort handlers.
 //!
-//! Phases (see `docs/request-lifecycle.md`): receive (limits) → parse/validate (format) → mint ids
-//! → dispatch (router) → assemble (format) → respond (unary body or SSE) → record.
+//! Phases (see `docs/request-lifecycle.md`): receive (header checks → body within its size and
+//! time limits → concurrency permit) → parse/validate (format) → mint ids → dispatch (router) →
+//! assemble (format) → respond (unary body or SSE) → record.
 
 use std::sync::Arc;
 

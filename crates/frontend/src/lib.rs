@@ -8,6 +8,18 @@
 //! one error path that renders [`genfront_format::GenerateError`] in the format's native envelope.
 //! It contains no format-specific code.
 //!
+//! # Limits (the handler's share; the serving loop in `genfront::serving` owns the connection
+//! limits, `genfront_engine_http::TimedEngine` the engine time limits)
+//!
+//! In order, before any work: strict HTTP on every route (HTTP/1.1 without `Host` → 400, a head
+//! over [`FrontendConfig::max_header_bytes`] → 431, both FastAPI's `{"detail": …}`); on generate
+//! and abort routes `Content-Length` over `--body-limit` → 413 without reading the body (so no
+//! `100 Continue`), a non-JSON `Content-Type` or a `Content-Encoding` other than `identity` → 415
+//! ([`genfront_format::GenerateError::Http`], the route's native envelope); then the body, within
+//! `--body-limit` (413) and `--body-read-timeout` in total (408); only then the
+//! `--max-concurrent-requests` permit (503), so a client trickling its body holds none. Each hit
+//! is counted in `genfront_limit_hits_total{limit}` ([`LimitMetrics`]).
+//!
 //! Start at [`app`] and [`generate`](handler).
 
 mod handler;

@@ -244,11 +244,7 @@ pub struct ServeArgs {
     /// accept queue (a rate-limited warning and `genfront_limit_hits_total{limit="max_connections"}`).
     /// Default: half of the open-file limit (`RLIMIT_NOFILE`, raised to its hard limit at
     /// start-up) minus 128, at least 64.
-    #[arg(
-        long,
-        env = "GENFRONT_MAX_CONNECTIONS",
-        help_heading = "Limits"
-    )]
+    #[arg(long, env = "GENFRONT_MAX_CONNECTIONS", help_heading = "Limits")]
     pub max_connections: Option<usize>,
     /// HTTP/1: longest wait for a request's headers, the first on a connection and every later
     /// one (so also the keep-alive idle timeout); the connection is closed without an answer.

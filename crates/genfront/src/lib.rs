@@ -2,7 +2,8 @@
 //! runs. `genfront serve` runs the shared HTTP frontend over in-process mock engines;
 //! `genfront bench` load-tests a running server.
 //!
-//! Start at [`run`] and [`serve`].
+//! Start at [`run`] and [`Server::serve`]; the connection limits, timeouts and shutdown are in
+//! [`serving`].
 
 mod catalog;
 mod config;
@@ -262,7 +263,13 @@ impl Server {
         router: Arc<Router>,
         router_metrics: RouterMetrics,
     ) -> anyhow::Result<Self> {
-        Self::with_parts(args, routes, router, router_metrics, LimitMetrics::default())
+        Self::with_parts(
+            args,
+            routes,
+            router,
+            router_metrics,
+            LimitMetrics::default(),
+        )
     }
 
     fn with_parts(

@@ -113,12 +113,22 @@ pub fn raise_fd_limit() -> Option<u64> {
     fd_limit()
 }
 
-/// A source of client connections: plain TCP today; a TLS acceptor can wrap it.
+/// A source of client connections: plain TCP today; a TLS acceptor can wrap it. Accepting is
+/// split in two so a slow handshake never stalls the accept loop: [`Acceptor::accept`] runs in
+/// the loop and should only take the next socket; [`Acceptor::handshake`] runs in the
+/// connection's own task, bounded by `--header-read-timeout`.
 pub trait Acceptor: Send + 'static {
-    /// The connection type served.
+    /// What [`Acceptor::accept`] yields (a TCP stream).
+    type Raw: Send + 'static;
+    /// The connection type served (the TCP stream, or a TLS stream over it).
     type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
     /// The next connection (errors are per-connection or transient: the loop logs and goes on).
-    fn accept(&mut self) -> Pin<Box<dyn Future<Output = std::io::Result<Self::Io>> + Send + '_>>;
+    fn accept(&mut self) -> Pin<Box<dyn Future<Output = std::io::Result<Self::Raw>> + Send + '_>>;
+    /// Turn an accepted connection into the one served (a TLS handshake); identity for TCP.
+    fn handshake(
+        &self,
+        raw: Self::Raw,
+    ) -> Pin<Box<dyn Future<Output = std::io::Result<Self::Io>> + Send + 'static>>;
 }
 
 /// Plain TCP with `TCP_NODELAY` (small SSE frames must not wait for Nagle + delayed ACK).
@@ -126,14 +136,22 @@ pub trait Acceptor: Send + 'static {
 pub struct TcpAcceptor(pub TcpListener);
 
 impl Acceptor for TcpAcceptor {
+    type Raw = tokio::net::TcpStream;
     type Io = tokio::net::TcpStream;
 
-    fn accept(&mut self) -> Pin<Box<dyn Future<Output = std::io::Result<Self::Io>> + Send + '_>> {
+    fn accept(&mut self) -> Pin<Box<dyn Future<Output = std::io::Result<Self::Raw>> + Send + '_>> {
         Box::pin(async move {
             let (tcp, _) = self.0.accept().await?;
             let _ = tcp.set_nodelay(true);
             Ok(tcp)
         })
+    }
+
+    fn handshake(
+        &self,
+        raw: Self::Raw,
+    ) -> Pin<Box<dyn Future<Output = std::io::Result<Self::Io>> + Send + 'static>> {
+        Box::pin(std::future::ready(Ok(raw)))
     }
 }
 
@@ -178,17 +196,16 @@ impl<I: AsyncRead> AsyncRead for FirstRead<I> {
     ) -> std::task::Poll<std::io::Result<()>> {
         let this = self.project();
         let polled = this.io.poll_read(cx, buf);
-        match (&polled, this.deadline.as_mut()) {
-            (std::task::Poll::Pending, Some(deadline)) => {
-                if deadline.as_mut().poll(cx).is_ready() {
-                    return std::task::Poll::Ready(Err(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        FirstByteTimeout,
-                    )));
-                }
-            }
-            (std::task::Poll::Ready(_), Some(_)) => *this.deadline = None,
-            _ => {}
+        let Some(deadline) = this.deadline.as_mut() else {
+            return polled;
+        };
+        if polled.is_ready() {
+            *this.deadline = None;
+        } else if deadline.as_mut().poll(cx).is_ready() {
+            return std::task::Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                FirstByteTimeout,
+            )));
         }
         polled
     }
@@ -295,7 +312,10 @@ fn limit_of(error: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
         if let Some(io) = e.downcast_ref::<std::io::Error>()
             && io.kind() == std::io::ErrorKind::TimedOut
         {
-            if io.get_ref().is_some_and(|inner| inner.is::<FirstByteTimeout>()) {
+            if io
+                .get_ref()
+                .is_some_and(|inner| inner.is::<FirstByteTimeout>())
+            {
                 return Some("header_read_timeout");
             }
             return Some("write_timeout");
@@ -347,8 +367,8 @@ pub async fn serve<A: Acceptor>(
             r = acceptor.accept() => r,
             () = shutdown.cancelled() => break,
         };
-        let io = match io {
-            Ok(io) => io,
+        let raw = match io {
+            Ok(raw) => raw,
             Err(e) => {
                 // EMFILE/ENFILE and friends: back off instead of spinning (as `axum::serve`).
                 tracing::warn!(error = %e, "accept failed");
@@ -356,17 +376,42 @@ pub async fn serve<A: Acceptor>(
                 continue;
             }
         };
-        let mut timed =
-            tokio_io_timeout::TimeoutStream::new(FirstRead::new(io, limits.header_read_timeout));
-        timed.set_write_timeout(limits.write_timeout);
-        let io = TokioIo::new(Box::pin(timed));
+        let handshake = acceptor.handshake(raw);
         let service = TowerToHyperService::new(app.clone());
         let builder = builder.clone();
         let watcher = graceful.watcher();
         let force = force.clone();
         let metrics = metrics.clone();
+        let header_read_timeout = limits.header_read_timeout;
+        let write_timeout = limits.write_timeout;
         tokio::spawn(async move {
             metrics.connections().inc();
+            let io = match header_read_timeout {
+                None => handshake.await,
+                Some(limit) => tokio::time::timeout(limit, handshake)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            FirstByteTimeout,
+                        ))
+                    }),
+            };
+            let io = match io {
+                Ok(io) => io,
+                Err(e) => {
+                    if let Some(limit) = limit_of(&e) {
+                        metrics.hit(limit);
+                    }
+                    tracing::debug!(error = %e, "connection handshake failed");
+                    metrics.connections().dec();
+                    return;
+                }
+            };
+            let mut timed =
+                tokio_io_timeout::TimeoutStream::new(FirstRead::new(io, header_read_timeout));
+            timed.set_write_timeout(write_timeout);
+            let io = TokioIo::new(Box::pin(timed));
             let conn = builder.serve_connection_with_upgrades(io, service);
             let conn = watcher.watch(conn.into_owned());
             tokio::select! {

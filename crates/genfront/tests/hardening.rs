@@ -47,7 +47,8 @@ fn parse_answer(answer: &str) -> (u16, Value) {
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no status line in {answer:?}"));
     let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    let json = serde_json::from_str(body).unwrap_or_else(|e| panic!("body not JSON ({e}): {answer:?}"));
+    let json =
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("body not JSON ({e}): {answer:?}"));
     (status, json)
 }
 
@@ -96,7 +97,10 @@ async fn idle_connections_are_closed_by_the_header_timeout_while_a_canary_gets_t
     assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
     for tcp in &mut idle {
         let (_, closed) = read_to_close(tcp, Duration::from_secs(3)).await;
-        assert!(closed, "an idle connection must be closed by the header timeout");
+        assert!(
+            closed,
+            "an idle connection must be closed by the header timeout"
+        );
     }
     assert!(hits(&server, "header_read_timeout") >= 201);
     canary(&server, Duration::from_millis(500)).await;
@@ -196,7 +200,10 @@ async fn strict_http_answers_json_in_the_native_envelope() {
         .await,
     );
     assert_eq!(status, 400);
-    assert!(body["detail"].as_str().unwrap_or_default().contains("Host"), "{body}");
+    assert!(
+        body["detail"].as_str().unwrap_or_default().contains("Host"),
+        "{body}"
+    );
     // HTTP/1.0 needs no Host.
     let answer = raw(&server, b"GET /health HTTP/1.0\r\n\r\n").await;
     assert!(answer.starts_with("HTTP/1.0 200"), "{answer}");
@@ -210,7 +217,11 @@ async fn strict_http_answers_json_in_the_native_envelope() {
         .await,
     );
     assert_eq!(status, 415);
-    assert_eq!((body["object"].clone(), body["code"].clone()), (json!("error"), json!(415)), "{body}");
+    assert_eq!(
+        (body["object"].clone(), body["code"].clone()),
+        (json!("error"), json!(415)),
+        "{body}"
+    );
     let (status, body) = parse_answer(
         &raw(
             &server,
@@ -249,7 +260,13 @@ async fn strict_http_answers_json_in_the_native_envelope() {
         .await,
     );
     assert_eq!(status, 415);
-    assert!(body["message"].as_str().unwrap_or_default().contains("gzip"), "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("gzip"),
+        "{body}"
+    );
 
     // An oversized Content-Length with Expect: 100-continue: 413 at once, no `100 Continue`,
     // and no body byte is ever sent.
@@ -284,9 +301,21 @@ async fn strict_http_answers_json_in_the_native_envelope() {
     big.extend_from_slice(b"\r\n\r\n");
     let (status, body) = parse_answer(&raw(&server, &big).await);
     assert_eq!(status, 431);
-    assert!(body["detail"].as_str().unwrap_or_default().contains("--max-header-bytes"), "{body}");
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("--max-header-bytes"),
+        "{body}"
+    );
 
-    for limit in ["host_required", "content_type", "content_encoding", "body_limit", "max_header_bytes"] {
+    for limit in [
+        "host_required",
+        "content_type",
+        "content_encoding",
+        "body_limit",
+        "max_header_bytes",
+    ] {
         assert!(hits(&server, limit) >= 1, "{limit}");
     }
     server.shutdown.cancel();
@@ -329,7 +358,13 @@ async fn a_client_that_stops_reading_loses_its_stream_and_the_engine_work_is_abo
 
 /// genfront over one oracle SGLang worker with 1 s engine timeouts and a breaker that opens on
 /// the first failure.
-async fn over_oracle(oracle: &Oracle) -> (String, genfront::Server, tokio_util::sync::CancellationToken) {
+async fn over_oracle(
+    oracle: &Oracle,
+) -> (
+    String,
+    genfront::Server,
+    tokio_util::sync::CancellationToken,
+) {
     let argv: Vec<String> = [
         "--worker",
         &format!("sglang={}", oracle.base_url()),
@@ -350,7 +385,10 @@ async fn over_oracle(oracle: &Oracle) -> (String, genfront::Server, tokio_util::
     .map(|s| (*s).to_owned())
     .collect();
     let (url, server, shutdown) = common::genfront(&argv).await;
-    assert!(server.wait_all_workers(Duration::from_secs(20)).await, "worker connects");
+    assert!(
+        server.wait_all_workers(Duration::from_secs(20)).await,
+        "worker connects"
+    );
     (url, server, shutdown)
 }
 
@@ -370,10 +408,21 @@ async fn a_hung_engine_is_timed_out_with_504_and_leaves_rotation() {
     let elapsed = t.elapsed();
     assert_eq!(resp.status(), 504);
     let body: Value = resp.json().await.expect("json");
-    assert_eq!((body["object"].clone(), body["code"].clone()), (json!("error"), json!(504)), "{body}");
-    assert!(elapsed >= Duration::from_millis(900) && elapsed < Duration::from_secs(4), "{elapsed:?}");
     assert_eq!(
-        server.state.metrics.limits().hits("engine_first_byte_timeout"),
+        (body["object"].clone(), body["code"].clone()),
+        (json!("error"), json!(504)),
+        "{body}"
+    );
+    assert!(
+        elapsed >= Duration::from_millis(900) && elapsed < Duration::from_secs(4),
+        "{elapsed:?}"
+    );
+    assert_eq!(
+        server
+            .state
+            .metrics
+            .limits()
+            .hits("engine_first_byte_timeout"),
         1
     );
     // The engine request was ended (the oracle saw the disconnect or an abort).
@@ -383,7 +432,11 @@ async fn a_hung_engine_is_timed_out_with_504_and_leaves_rotation() {
         if log["running"].as_array().is_some_and(Vec::is_empty) {
             break;
         }
-        assert!(Instant::now() < deadline, "still running on the oracle: {}", log["running"]);
+        assert!(
+            Instant::now() < deadline,
+            "still running on the oracle: {}",
+            log["running"]
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // The worker left rotation: its breaker is open, so genfront is not ready and refuses at once.
