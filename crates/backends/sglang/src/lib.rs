@@ -23,6 +23,18 @@
 //! slots in logprob triples) and text prompts and stop strings are refused with SGLang's
 //! messages; when it is not known, the engine decides.
 //!
+//! `return_text_in_logprobs` (SGLang `tokenizer_manager.py` `detokenize_logprob_tokens` /
+//! `detokenize_top_logprobs_tokens`): the third slot of each `[logprob, id, text]` triple of
+//! every logprob list (`input_`/`output_token_logprobs`, `*_top_logprobs`,
+//! `*_token_ids_logprobs`) is `tokenizer.batch_decode` of that id **on its own** — not a slice
+//! of the output `text`, so a byte-fallback piece of a multi-byte character decodes to
+//! `"\u{fffd}"` — and it is filled only when the flag is set **and** the engine has a
+//! tokenizer (`return_text_in_logprobs and not skip_tokenizer_init`), `null` otherwise. The
+//! client decoder reads it into [`genfront_protocol::TokenLogprob::text`] /
+//! [`genfront_protocol::Candidate::text`] and the assembler writes it back, unary and in both
+//! SSE modes; genfront never fills a slot itself. Known gap: the padded first prompt position
+//! (`[null, id, text]`) is relayed with a `null` text slot.
+//!
 //! # Serving one format on the other engine
 //!
 //! An SGLang engine gets an SGLang client's native body (every key). Any other engine gets what

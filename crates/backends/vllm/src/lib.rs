@@ -20,8 +20,26 @@
 //! ([`genfront_protocol::EngineInfo::tokenizer`] `Some(false)`, `vllm serve --tokens-only`, the
 //! mock) it behaves like a `--tokens-only` server: `stop` strings and `output_mode="text"` are
 //! rejected with vLLM's messages. For an engine with a tokenizer, or one not known, `stop`
-//! strings are forwarded (the engine matches them; its `stop_reason` string is relayed);
-//! `output_mode="text"` is refused, since the text shapes are not relayed yet.
+//! strings are forwarded (the engine matches them; its `stop_reason` string is relayed), and
+//! so is `output_mode="text"`, whose answer is relayed in vLLM's text shapes
+//! (`token_in_token_out/{protocol,serving}.py`: `GenerateTextResponse`,
+//! `GenerateTextStreamResponse`):
+//! - `output_mode: "text"` at the top level of the body, of every chunk and of the usage chunk;
+//! - per choice, `text` after the base fields and before `logprobs`: the engine's whole text
+//!   (unary; the concatenated deltas when the upstream streamed) or this chunk's delta (SSE,
+//!   also on a chunk that carries only text held back for stop-string matching). genfront never
+//!   decodes: the text is the engine's (`choices[].text` of vLLM's frame, or `engine_data.text`
+//!   from an SGLang engine client);
+//! - `logprobs` as OpenAI `ChatCompletionLogProbs` (`_create_text_logprobs`):
+//!   `{"content":[{"token","logprob","bytes","top_logprobs":[{"token","logprob","bytes"}]}]}`,
+//!   `token` the engine's decoded token, `bytes` its UTF-8 bytes, the list the sampled token
+//!   first then the alternatives, cut to `max(k, 1)`; no `rank`. A token the engine gave no text
+//!   for is vLLM's no-tokenizer placeholder `"token_id:N"` with `bytes: null`. vLLM's text-mode
+//!   alternatives carry no id, so the engine client keeps them by text with
+//!   [`genfront_protocol::Candidate::UNKNOWN_ID`].
+//!
+//! Prompt logprobs' `decoded_token` is the engine's ([`genfront_protocol::TokenLogprob::text`]):
+//! a string from an engine with a tokenizer, `null` from a `--tokens-only` one.
 //!
 //! # The engine client ([`VllmEngine`])
 //!
