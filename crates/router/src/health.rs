@@ -128,3 +128,55 @@ pub(crate) fn apply_probe(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use genfront_protocol::{Engine, EngineInfo, EngineRequest, OutputStream, ProbeFuture};
+    use tokio_util::sync::CancellationToken;
+
+    use crate::worker::WorkerState;
+    use crate::{HealthConfig, Router, RouterConfig, RouterMetrics, WorkerSpec};
+
+    /// An engine whose health probe never answers (a hung engine).
+    struct Hung(EngineInfo);
+
+    impl Engine for Hung {
+        fn info(&self) -> &EngineInfo {
+            &self.0
+        }
+
+        fn probe(&self, _timeout: Duration) -> ProbeFuture<'_> {
+            Box::pin(std::future::pending())
+        }
+
+        fn generate(&self, _request: EngineRequest, _cancel: CancellationToken) -> OutputStream {
+            Box::pin(futures::stream::pending())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_probe_that_times_out_counts_as_a_failure() {
+        let config = RouterConfig {
+            health: HealthConfig {
+                interval: Duration::from_millis(100),
+                timeout: Duration::from_millis(50),
+                fall: 2,
+                ..HealthConfig::default()
+            },
+            ..RouterConfig::default()
+        };
+        let router = Router::new(config, RouterMetrics::default());
+        let id = router.add_engine(
+            WorkerSpec::new("hung", None),
+            Arc::new(Hung(EngineInfo::default())),
+        );
+        let worker = router.worker(id.as_str()).expect("worker");
+        assert_eq!(worker.state(), WorkerState::Ready);
+        // Two probe rounds (interval + timeout each) make it unhealthy.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(worker.state(), WorkerState::Unhealthy);
+    }
+}
