@@ -986,6 +986,16 @@ fn check_limits(p: &Prepared, info: &EngineInfo, body_len: usize) {
 
 // === engine outputs ===
 
+/// Prompt logprobs from position `start` (the other fields, if any, at their defaults).
+// Assigned field by field so the harness builds whether or not `PromptLogprobs` has more fields.
+#[allow(clippy::field_reassign_with_default)]
+fn prompt_logprobs(start: u32, entries: Vec<Option<TokenLogprob>>) -> PromptLogprobs {
+    let mut p = PromptLogprobs::default();
+    p.start = start;
+    p.entries = entries;
+    p
+}
+
 fn lp(g: &mut G) -> f64 {
     -(g.below(10_000) as f64) / 997.0
 }
@@ -1040,9 +1050,9 @@ fn coherent_outputs(g: &mut G, req: &EngineRequest, vocab: u32) -> Vec<EngineOut
         let prompt_logprobs = match (&req.output.prompt_logprobs, c) {
             (Some(opts), 0) if prompt_len > 0 => {
                 let start = opts.start.min(prompt_len - 1);
-                Some(PromptLogprobs {
+                Some(prompt_logprobs(
                     start,
-                    entries: (start..prompt_len)
+                    (start..prompt_len)
                         .map(|pos| {
                             (pos > 0).then(|| {
                                 token_logprob(
@@ -1054,7 +1064,7 @@ fn coherent_outputs(g: &mut G, req: &EngineRequest, vocab: u32) -> Vec<EngineOut
                             })
                         })
                         .collect(),
-                })
+                ))
             }
             _ => None,
         };
@@ -1098,8 +1108,7 @@ fn coherent_outputs(g: &mut G, req: &EngineRequest, vocab: u32) -> Vec<EngineOut
                 completion_tokens: produced,
                 cached_tokens: g.below(prompt_len as usize + 1) as u32,
             }),
-            handoff: None,
-            engine_data: None,
+            ..EngineOutput::default()
         });
     }
     outs
@@ -1147,10 +1156,10 @@ fn corrupt(g: &mut G, outs: &mut Vec<EngineOutput>) {
                 });
             }
             8 => {
-                o.prompt_logprobs = Some(PromptLogprobs {
-                    start: *g.pick(&[0, 5, u32::MAX]),
-                    entries: vec![None, Some(TokenLogprob::default())],
-                });
+                o.prompt_logprobs = Some(prompt_logprobs(
+                    *g.pick(&[0, 5, u32::MAX]),
+                    vec![None, Some(TokenLogprob::default())],
+                ));
             }
             _ => {
                 o.usage = Some(Usage {
