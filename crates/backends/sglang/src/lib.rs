@@ -59,6 +59,14 @@
 //!
 //! Start reading at [`SglangFormat`] (request rules in `request.rs`, `item.rs` and `sampling.rs`,
 //! response rules in `assemble.rs`) or at [`SglangEngine`] (`client/`).
+//!
+//! **Fuzzing**: `tests/fuzz.rs` drives this format's whole request path (parse, validate,
+//! project, the native error answer, the assembler) and the client's frame decoding (SSE bytes →
+//! [`client::SseSplitter`] → [`client::FrameDecoder`]) with seeded, structure-aware random
+//! inputs; a panic, a refusal that is not a client 4xx, an accepted body whose engine requests
+//! break the model's limits, or a decoded frame that breaks the engine contract fails it. The
+//! 10⁶-case run (README, "Fuzzing"):
+//! `GENFRONT_FUZZ_CASES=1000000 cargo test --profile fuzz -p genfront-sglang --test fuzz -- --nocapture --test-threads=1`.
 
 mod abort;
 mod assemble;

@@ -144,6 +144,16 @@
 //! `Cancelled` item (message [`CANCELLED_MESSAGE`], last usage) for every choice still
 //! unfinished and closes the connection. A request cancelled before it was sent is never sent.
 //! Finished, refused and unreachable requests are not aborted.
+//!
+//! # Fuzzing
+//!
+//! `tests/fuzz.rs` drives this format's whole request path (parse, validate, project, the
+//! native error answer, the assembler) and the engine client's decoding of vLLM's SSE chunks and
+//! unary bodies (served by a scripted local server) with seeded, structure-aware random inputs;
+//! a panic, a refusal that is not a client 4xx, an accepted body whose engine request breaks the
+//! model's limits, or a decoded output that breaks the engine contract fails it. The 10⁶-case
+//! run (README, "Fuzzing"):
+//! `GENFRONT_FUZZ_CASES=1000000 cargo test --profile fuzz -p genfront-vllm --test fuzz -- --nocapture --test-threads=1`.
 
 mod abort;
 mod assemble;

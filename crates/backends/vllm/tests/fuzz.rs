@@ -25,8 +25,9 @@
 //! bodies: the schema's keys with right and wrong types, huge, negative and float integers, deep
 //! nesting, long and unicode strings, duplicate keys, `n > 1`, logprob options at their limits.
 //!
-//! Case count and seed come from `GENFRONT_FUZZ_CASES` (default 2 000 request cases and a fifth
-//! of that in engine answers, a few seconds) and `GENFRONT_FUZZ_SEED`. The 10⁶-case run (an
+//! Case count and seed come from `GENFRONT_FUZZ_CASES` (default 2 000 request cases and 500
+//! engine answers, a few seconds; `GENFRONT_FUZZ_ENGINE_CASES` sets the latter alone) and
+//! `GENFRONT_FUZZ_SEED`. The 10⁶-case run (an
 //! optimised build with debug assertions; see the workspace `[profile.fuzz]` and the README,
 //! "Fuzzing"):
 //!
@@ -2016,11 +2017,16 @@ fn fuzz_vllm_engine_answers() {
         .expect("a tokio runtime");
     let mut setup = G::new(base_seed());
     let (fake, engine) = runtime.block_on(start(&mut setup));
-    // An HTTP round trip per case: a fifth of the request-path count by default.
+    // An HTTP round trip per case: 500 by default (a couple of seconds in debug), else
+    // `GENFRONT_FUZZ_ENGINE_CASES` or `GENFRONT_FUZZ_CASES`.
     let count = std::env::var("GENFRONT_FUZZ_ENGINE_CASES")
         .ok()
         .and_then(|v| v.trim().replace('_', "").parse().ok())
-        .unwrap_or(cases() / 5);
+        .unwrap_or(if std::env::var_os("GENFRONT_FUZZ_CASES").is_some() {
+            cases()
+        } else {
+            500
+        });
     let stats = run_cases("vllm engine answers", count, |seed, stats| {
         let mut g = G::new(seed);
         runtime.block_on(decode_case(&mut g, &fake, &engine, &fixtures, stats));
