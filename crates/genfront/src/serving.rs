@@ -7,7 +7,7 @@
 //! | request head (HTTP/1): the first one and every later one on a keep-alive connection | `--header-read-timeout` (hyper's `header_read_timeout`: the timer runs whenever hyper waits for a head, so it is also the keep-alive idle timeout; a connection's first bytes, which the auto builder reads before hyper's timer starts, have the same deadline) | the connection is closed without an answer |
 //! | head size | `--max-header-bytes` (hyper's buffer is twice it), `--max-headers` | 431 (JSON within the buffer, hyper's empty one beyond) |
 //! | writes to the client | `--write-timeout` (`tokio-io-timeout`: a write that makes no progress for this long fails) | the connection is closed; the response body is dropped, which aborts the engine work |
-//! | HTTP/2 liveness | `--http2-keepalive-interval` / `--http2-keepalive-timeout` (hyper's pings) | a peer that stops answering pings is closed |
+//! | HTTP/2 liveness | `--http2-keepalive-interval` / `--http2-keepalive-timeout` (hyper's pings) | a peer that stops answering pings is closed; an idle HTTP/2 connection whose peer answers them stays open (hyper has no HTTP/2 idle timeout), within `--max-connections` |
 //! | HTTP/2 streams | `--http2-max-concurrent-streams` | hyper's `REFUSED_STREAM` beyond it |
 //!
 //! Body read time, body size, concurrency and the strict-HTTP rules are the handler's
@@ -342,6 +342,7 @@ pub async fn serve<A: Acceptor>(
     let graceful = GracefulShutdown::new();
     let force = CancellationToken::new();
     let warn = RateLimitedWarn::new(Duration::from_secs(10));
+    let accept_warn = RateLimitedWarn::new(Duration::from_secs(10));
     loop {
         let permit = match permits.clone().try_acquire_owned() {
             Ok(p) => p,
@@ -371,7 +372,9 @@ pub async fn serve<A: Acceptor>(
             Ok(raw) => raw,
             Err(e) => {
                 // EMFILE/ENFILE and friends: back off instead of spinning (as `axum::serve`).
-                tracing::warn!(error = %e, "accept failed");
+                if let Some(suppressed) = accept_warn.check() {
+                    tracing::warn!(error = %e, not_logged = suppressed, "accept failed");
+                }
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }

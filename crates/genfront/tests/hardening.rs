@@ -322,6 +322,33 @@ async fn strict_http_answers_json_in_the_native_envelope() {
 }
 
 #[tokio::test]
+async fn http2_prior_knowledge_is_served_without_a_host_header() {
+    let server = start_with(&["--header-read-timeout", "1s"], zero_delay(), 1).await;
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .expect("client");
+    let resp = h2
+        .post(server.url("/generate"))
+        .json(&sglang_body(2, false))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(resp.version(), reqwest::Version::HTTP_2);
+    assert_eq!(resp.status(), 200);
+    // An idle HTTP/2 connection outlives the HTTP/1 header timeout (pings keep it).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let resp = h2
+        .post(server.url("/generate"))
+        .json(&sglang_body(2, false))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(resp.status(), 200);
+    server.shutdown.cancel();
+}
+
+#[tokio::test]
 async fn a_client_that_stops_reading_loses_its_stream_and_the_engine_work_is_aborted() {
     let server = start_with(&["--write-timeout", "1s"], zero_delay(), 1).await;
     let socket = tokio::net::TcpSocket::new_v4().expect("socket");
