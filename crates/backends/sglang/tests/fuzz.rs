@@ -619,6 +619,7 @@ fn generated_body(g: &mut G) -> J {
 
 /// Bodies that SGLang accepts (most of them), to be mutated.
 const SEEDS: &[&str] = &[
+    r#"{"rid":"r1","abort_all":false}"#,
     r#"{"input_ids":[1,2,3],"sampling_params":{"max_new_tokens":8,"temperature":0}}"#,
     r#"{"rid":"r1","input_ids":[5,6,7,8],"stream":true,"return_logprob":true,"logprob_start_len":0,"top_logprobs_num":2,"token_ids_logprob":[1,2],"sampling_params":{"max_new_tokens":4,"n":2}}"#,
     r#"{"input_ids":[[1,2],[3,4,5]],"sampling_params":[{"max_new_tokens":2},{"max_new_tokens":3,"stop_token_ids":[2]}],"return_routed_experts":true,"return_sampling_mask":true}"#,
@@ -1007,7 +1008,7 @@ fn token_logprob(g: &mut G, req: &EngineRequest, id: u32, top_k: u32) -> TokenLo
         rank: g.chance(0.5).then(|| 1 + g.below(5) as u32),
         top: (0..top_k)
             .map(|j| Candidate {
-                token_id: (id + j) % 1000,
+                token_id: id.wrapping_add(j) % 1000,
                 logprob: -f64::from(j) * 0.5,
                 rank: Some(j + 1),
                 ..Candidate::default()
@@ -1239,6 +1240,10 @@ fn request_case(seed: u64, seeds: &[String], stats: &mut Stats) {
     let body = body(&mut g, seeds);
     let headers = headers(&mut g);
     stats.last_input = String::from_utf8_lossy(&body).chars().take(4000).collect();
+    // The abort route parses client bodies too: the same bytes must not break it either.
+    if let Err(e) = genfront_sglang::parse_abort(&body) {
+        check_refusal(&fmt, &e, false);
+    }
     let prepared = fmt.prepare(ParseInput {
         headers: &headers,
         body: &body,

@@ -715,6 +715,7 @@ fn generated_body(g: &mut G) -> J {
 
 /// Bodies that vLLM accepts (most of them), to be mutated.
 const SEEDS: &[&str] = &[
+    r#"{"request_ids":["generate-tokens-42"]}"#,
     r#"{"token_ids":[1,2,3],"sampling_params":{"max_tokens":8,"temperature":0}}"#,
     r#"{"request_id":"mine","token_ids":[5,6,7,8],"stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true},"sampling_params":{"max_tokens":4,"n":2,"logprobs":2}}"#,
     r#"{"token_ids":[9,8,7],"sampling_params":{"max_tokens":3,"prompt_logprobs":1,"prompt_logprob_start":1,"logprob_token_ids":[1,2]}}"#,
@@ -1108,7 +1109,7 @@ fn token_logprob(g: &mut G, req: &EngineRequest, id: u32, top_k: u32) -> TokenLo
         rank: Some(1 + g.below(5) as u32),
         top: (0..top_k)
             .map(|j| Candidate {
-                token_id: (id + j) % 1000,
+                token_id: id.wrapping_add(j) % 1000,
                 logprob: -f64::from(j) * 0.5,
                 rank: Some(j + 1),
                 ..Candidate::default()
@@ -1335,6 +1336,10 @@ fn request_case(seed: u64, seeds: &[String], stats: &mut Stats) {
     let body = body(&mut g, seeds);
     let headers = headers(&mut g);
     stats.last_input = String::from_utf8_lossy(&body).chars().take(4000).collect();
+    // The abort route parses client bodies too: the same bytes must not break it either.
+    if let Err(e) = genfront_vllm::parse_abort(&body) {
+        check_refusal(&fmt, &e, false);
+    }
     let prepared = fmt.prepare(ParseInput {
         headers: &headers,
         body: &body,
@@ -1689,7 +1694,7 @@ fn prompt_logprobs_value(g: &mut G, req: &EngineRequest) -> J {
                 for j in 0..k.min(3) {
                     entry.push((
                         if g.chance(0.9) {
-                            (own + j as u32 + 1).to_string()
+                            own.wrapping_add(j as u32 + 1).to_string()
                         } else {
                             "x".into()
                         },
