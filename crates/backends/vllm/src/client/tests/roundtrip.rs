@@ -389,6 +389,7 @@ fn prompt_logprobs(prompt: &[u32], start: usize, k: u32) -> PromptLogprobs {
                 (pos > 0).then(|| ranked(prompt[pos], 1 + (pos as u32 % 4), -0.5 - pos as f64, k))
             })
             .collect(),
+        first_text: None,
     }
 }
 
