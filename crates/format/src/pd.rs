@@ -689,6 +689,7 @@ mod tests {
                 prompt_logprobs: Some(PromptLogprobs {
                     start: 0,
                     entries: vec![None, Some(TokenLogprob::default())],
+                    first_text: None,
                 }),
                 routed_experts: Some(rows(&[1, 2])),
                 usage: Some(Usage {

@@ -171,7 +171,9 @@ fn strip(v: &mut Value, regenerated: bool, k: i64) {
                 // position with `None` whatever `logprob_start_len` is
                 // (scheduler_output_processor_mixin.py `_process_input_token_logprobs`:
                 // `[None] + input_token_logprobs[:-1]`; genfront commit e095866); the oracle
-                // pads only position 0. The first entry of each input list is not compared.
+                // pads only position 0. The first entry of each input list is not compared,
+                // except its token id and decoded text (`return_text_in_logprobs`), which both
+                // have.
                 for k in [
                     "input_token_logprobs",
                     "input_top_logprobs",
@@ -180,7 +182,12 @@ fn strip(v: &mut Value, regenerated: bool, k: i64) {
                     if let Some(Value::Array(l)) = m.get_mut(k)
                         && let Some(first) = l.first_mut()
                     {
-                        *first = Value::Null;
+                        match first {
+                            Value::Array(t) if k == "input_token_logprobs" && t.len() == 3 => {
+                                t[0] = Value::Null;
+                            }
+                            _ => *first = Value::Null,
+                        }
                     }
                 }
             }

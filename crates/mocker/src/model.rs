@@ -315,6 +315,7 @@ impl Model {
         PromptLogprobs {
             start: u32::try_from(first).unwrap_or(u32::MAX),
             entries,
+            first_text: None,
         }
     }
 

@@ -97,6 +97,12 @@ pub struct PromptLogprobs {
     pub start: u32,
     /// One entry per position from `start`; `None` where no logprob exists (position 0).
     pub entries: Vec<Option<TokenLogprob>>,
+    /// The engine's decoded text of the token at `start` when `entries[0]` is `None` (SGLang
+    /// pads the first returned prompt position with a `null` logprob but, with
+    /// `return_text_in_logprobs`, still decodes its token: `[null, id, text]`). `None`: no text
+    /// reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_text: Option<String>,
 }
 
 /// Routed experts (MoE routing replay): `ids` is a row-major `(rows, num_layers, top_k)` tensor of

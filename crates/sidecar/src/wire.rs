@@ -354,6 +354,7 @@ pub fn encode_output(output: EngineOutput) -> Result<pb::Output, WireError> {
                     logprob: e.map(encode_token_logprob),
                 })
                 .collect(),
+            first_text: p.first_text,
         }),
         routed_experts: routed_experts.map(|r| pb::RoutedExperts {
             num_layers: r.num_layers,
@@ -403,6 +404,7 @@ pub fn decode_output(output: pb::Output) -> Result<EngineOutput, WireError> {
                 .into_iter()
                 .map(|e| e.logprob.map(decode_token_logprob))
                 .collect(),
+            first_text: p.first_text,
         }),
         routed_experts: routed_experts.map(|r| RoutedExperts {
             num_layers: r.num_layers,

@@ -110,7 +110,7 @@ prop_compose! {
             index,
             token_ids,
             logprobs,
-            prompt_logprobs: prompt_logprobs.map(|(start, entries)| PromptLogprobs { start, entries }),
+            prompt_logprobs: prompt_logprobs.map(|(start, entries)| PromptLogprobs { start, entries, first_text: None }),
             routed_experts: routed_experts.map(|(num_layers, top_k, ids)| RoutedExperts { num_layers, top_k, ids }),
             sampling_mask,
             finish_reason,

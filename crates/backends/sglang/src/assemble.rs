@@ -419,7 +419,11 @@ impl SglangAssembler {
                 let fallback = c.prompt.get(pos).copied().unwrap_or_default();
                 // The padded first position keeps the token's decoded text when the entry
                 // carries one (SGLang decodes `input_token_logprobs_idx`, which is not padded).
-                let text = entry.as_ref().and_then(|e| e.text.as_deref());
+                let text = match entry {
+                    Some(e) => e.text.as_deref(),
+                    None if j == 0 => prompt.first_text.as_deref(),
+                    None => None,
+                };
                 render::position(
                     (&mut s.in_lp, &mut s.in_top, &mut s.in_tid),
                     entry.as_ref().filter(|_| j > 0),
@@ -615,6 +619,7 @@ mod tests {
             prompt_logprobs: Some(PromptLogprobs {
                 start: 0,
                 entries: vec![None, Some(entry(6, -2.0, " g"))],
+                first_text: Some(" f".to_owned()),
             }),
             ..EngineOutput::default()
         };
@@ -647,7 +652,7 @@ mod tests {
 
     /// `return_text_in_logprobs`: the engine's decoded token text fills the third slot of every
     /// triple, output and prompt side, in the unary answer and both SSE modes; the padded first
-    /// prompt position has none here (its entry carries no text).
+    /// prompt position keeps its token's text (`first_text`).
     #[test]
     fn decoded_text_in_every_triple() {
         let mut a = Box::new(assembler(Mode::Unary));
@@ -668,7 +673,7 @@ mod tests {
         assert_eq!(m["output_token_ids_logprobs"][1], json!([[-4.0, 8, " i"]]));
         assert_eq!(
             m["input_token_logprobs"],
-            json!([[null, 5, null], [-2.0, 6, " g"]])
+            json!([[null, 5, " f"], [-2.0, 6, " g"]])
         );
         assert_eq!(m["input_top_logprobs"][1][0], json!([-2.0, 6, " g"]));
         assert_eq!(m["input_token_ids_logprobs"][1], json!([[-4.0, 8, " i"]]));

@@ -32,8 +32,8 @@
 //! tokenizer (`return_text_in_logprobs and not skip_tokenizer_init`), `null` otherwise. The
 //! client decoder reads it into [`genfront_protocol::TokenLogprob::text`] /
 //! [`genfront_protocol::Candidate::text`] and the assembler writes it back, unary and in both
-//! SSE modes; genfront never fills a slot itself. Known gap: the padded first prompt position
-//! (`[null, id, text]`) is relayed with a `null` text slot.
+//! SSE modes (the padded first prompt position's `[null, id, text]` through
+//! [`genfront_protocol::PromptLogprobs::first_text`]); genfront never fills a slot itself.
 //!
 //! # Serving one format on the other engine
 //!

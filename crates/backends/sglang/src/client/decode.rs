@@ -23,7 +23,8 @@
 //!   frame that carries a non-empty `input_token_logprobs`, and only when the request asked for
 //!   prompt logprobs. They cover the last `len` prompt positions (`start = prompt_len − len`). A
 //!   `null` logprob there is a position without a logprob (SGLang pads the first entry with
-//!   `null`) and decodes to `None` (its decoded text, when sent, is dropped: a known gap).
+//!   `null`) and decodes to `None`; its decoded text, when sent, goes to
+//!   [`PromptLogprobs::first_text`].
 //! - **`finish_reason`** (§8): `{"type":"stop","matched":<int>}` → [`FinishReason::Eos`] when the id
 //!   is an EOS id of the engine (and `ignore_eos` is off), [`FinishReason::Stop`] with the id when
 //!   it is one of the request's `stop_token_ids`, and `Eos` otherwise (SGLang only stops on a token
@@ -459,9 +460,13 @@ impl FrameDecoder {
             _ => None,
         };
         let mut entries = Vec::with_capacity(len);
+        let mut first_text = None;
         for (j, lp) in lps.iter().enumerate() {
             let (logprob, id, text) = triple(lp, "input_token_logprobs")?;
             let Some(logprob) = logprob else {
+                if j == 0 {
+                    first_text = text;
+                }
                 entries.push(None);
                 continue;
             };
@@ -494,6 +499,7 @@ impl FrameDecoder {
         Ok(Some(PromptLogprobs {
             start: self.cfg.prompt_len.saturating_sub(covered),
             entries,
+            first_text,
         }))
     }
 

@@ -224,6 +224,7 @@ fn outputs(c: &Case, req: &EngineRequest, rng: &mut Rng) -> Vec<EngineOutput> {
                             })
                         })
                         .collect(),
+                    first_text: None,
                 }),
                 _ => None,
             };

@@ -294,6 +294,7 @@ fn output() -> impl Strategy<Value = (usize, genfront_protocol::EngineOutput)> {
                     prompt_logprobs: prompt.map(|(start, e)| PromptLogprobs {
                         start,
                         entries: e.into_iter().map(|x| x.map(tl)).collect(),
+                        first_text: None,
                     }),
                     routed_experts: experts.map(|(num_layers, top_k, ids)| RoutedExperts {
                         num_layers,

@@ -170,6 +170,7 @@ pub fn synth(req: &EngineRequest, script: &Script) -> Vec<EngineOutput> {
                         })
                     })
                     .collect(),
+                first_text: None,
             }),
             _ => None,
         };

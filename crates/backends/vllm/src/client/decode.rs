@@ -408,6 +408,7 @@ impl Decoder {
         PromptLogprobs {
             start: saturate(start as u64),
             entries,
+            first_text: None,
         }
     }
 

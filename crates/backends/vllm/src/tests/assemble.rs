@@ -391,6 +391,7 @@ fn prompt_logprobs_shapes() {
     d.prompt_logprobs = Some(PromptLogprobs {
         start: 0,
         entries: vec![None],
+        first_text: None,
     });
     assert_eq!(run_unary(p, vec![d])["prompt_logprobs"], json!([null]));
     // Longer prompts: first null, then {id: {logprob, rank, decoded_token}} with the prompt token first.
@@ -403,6 +404,7 @@ fn prompt_logprobs_shapes() {
             Some(lp(22, f64::NEG_INFINITY, 3, &[(5, -0.1), (6, -0.2)])),
             Some(lp(33, -0.01, 1, &[(33, -0.01)])),
         ],
+        first_text: None,
     });
     let out = run_unary(p, vec![d]);
     assert_eq!(
