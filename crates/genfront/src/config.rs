@@ -358,8 +358,8 @@ pub struct ServeArgs {
         help_heading = "Routing"
     )]
     pub retry_budget: f64,
-    /// Consecutive worker failures (transport errors, 5xx other than 503) that open a worker's
-    /// circuit breaker; 0 disables the breaker.
+    /// Consecutive worker failures (transport errors, 5xx other than 503, engine timeouts) that
+    /// open a worker's circuit breaker; 0 disables the breaker.
     #[arg(
         long,
         env = "GENFRONT_BREAKER_FAILURES",

@@ -122,9 +122,9 @@ impl EngineError {
     }
 
     /// Whether this failure says the *worker* is unhealthy (as opposed to the request being bad
-    /// or the worker being busy): transport failures (no status), and 5xx answers other than the
-    /// backpressure 503. Routers count only these towards a worker's circuit breaker; 4xx and
-    /// 429 never count.
+    /// or the worker being busy): transport failures (no status), 5xx answers other than the
+    /// backpressure 503, and [`ErrorKind::Timeout`] (a hung engine). Routers count only these
+    /// towards a worker's circuit breaker; 4xx and 429 never count.
     pub fn is_worker_failure(&self) -> bool {
         match self.kind {
             ErrorKind::InvalidArgument | ErrorKind::Unsupported | ErrorKind::Cancelled => false,

@@ -6,8 +6,9 @@
 //! | open | nothing | `open_for` elapsed (or a passing health probe) → half-open |
 //! | half-open | one trial request at a time | trial succeeds → closed; fails → open again |
 //!
-//! Only *worker* failures count (`EngineError::is_worker_failure`: transport failures and 5xx
-//! other than the backpressure 503). Client errors (4xx), 429 and cancellations never do.
+//! Only *worker* failures count (`EngineError::is_worker_failure`: transport failures, 5xx
+//! other than the backpressure 503, and engine timeouts, so a hung engine leaves rotation).
+//! Client errors (4xx), 429 and cancellations never do.
 
 use std::time::{Duration, Instant};
 
