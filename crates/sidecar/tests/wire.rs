@@ -50,14 +50,18 @@ fn json_value() -> impl Strategy<Value = Value> {
 }
 
 fn candidate() -> impl Strategy<Value = Candidate> {
-    (any::<u32>(), float(), option::of(any::<u32>())).prop_map(|(token_id, logprob, rank)| {
-        Candidate {
+    (
+        any::<u32>(),
+        float(),
+        option::of(any::<u32>()),
+        option::of(".{0,6}"),
+    )
+        .prop_map(|(token_id, logprob, rank, text)| Candidate {
             token_id,
             logprob,
             rank,
-            text: None,
-        }
-    })
+            text,
+        })
 }
 
 fn token_logprob() -> impl Strategy<Value = TokenLogprob> {
@@ -67,15 +71,18 @@ fn token_logprob() -> impl Strategy<Value = TokenLogprob> {
         option::of(any::<u32>()),
         vec(candidate(), 0..5),
         vec(candidate(), 0..3),
+        option::of(".{0,6}"),
     )
-        .prop_map(|(token_id, logprob, rank, top, selected)| TokenLogprob {
-            token_id,
-            logprob,
-            rank,
-            top,
-            selected,
-            text: None,
-        })
+        .prop_map(
+            |(token_id, logprob, rank, top, selected, text)| TokenLogprob {
+                token_id,
+                logprob,
+                rank,
+                top,
+                selected,
+                text,
+            },
+        )
 }
 
 fn finish_reason() -> impl Strategy<Value = FinishReason> {
@@ -98,7 +105,7 @@ prop_compose! {
         index in any::<u32>(),
         token_ids in vec(any::<u32>(), 0..6),
         logprobs in option::of(vec(token_logprob(), 0..4)),
-        prompt_logprobs in option::of((any::<u32>(), vec(option::of(token_logprob()), 0..4))),
+        prompt_logprobs in option::of((any::<u32>(), vec(option::of(token_logprob()), 0..4), option::of(".{0,6}"))),
         routed_experts in option::of((any::<u32>(), any::<u32>(), vec(any::<i32>(), 0..12))),
         sampling_mask in option::of(vec(vec(any::<u32>(), 0..5), 0..4)),
         finish_reason in option::of(finish_reason()),
@@ -110,7 +117,7 @@ prop_compose! {
             index,
             token_ids,
             logprobs,
-            prompt_logprobs: prompt_logprobs.map(|(start, entries)| PromptLogprobs { start, entries, first_text: None }),
+            prompt_logprobs: prompt_logprobs.map(|(start, entries, first_text)| PromptLogprobs { start, entries, first_text }),
             routed_experts: routed_experts.map(|(num_layers, top_k, ids)| RoutedExperts { num_layers, top_k, ids }),
             sampling_mask,
             finish_reason,
