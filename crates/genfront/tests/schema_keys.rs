@@ -221,6 +221,12 @@ const SEPARATE: &[(Format, &str, Check, &str)] = &[
     ),
     (
         Format::Vllm,
+        "output_mode",
+        Check::Rendered,
+        "text shapes rendered from the engine's own text (refused by name without a tokenizer)",
+    ),
+    (
+        Format::Vllm,
         "model",
         Check::Accepted,
         "the base model's name selects nothing (a LoRA name is RoutingHints::lora)",

@@ -86,9 +86,8 @@
 //! | carry | keys |
 //! |---|---|
 //! | typed | `token_ids`, `model` (LoRA), `cache_salt`, `priority`, `kv_transfer_params` (an SGLang engine refuses it by name); in `sampling_params`: `n`, the penalties, `temperature`, `top_p`, `top_k`, `min_p`, `seed`, `stop`, `stop_token_ids`, `ignore_eos`, `max_tokens`, `min_tokens`, `logprobs`, `prompt_logprobs`, `prompt_logprob_start`, `logprob_token_ids`, `routed_experts_prompt_start`, `logit_bias`, `structured_outputs` `json` (a JSON schema) / `regex` / `grammar` (EBNF) / `structural_tag` |
-//! | owned / rendered | `request_id` (the private id replaces it), `stream`, `stream_options`, `return_token_ids` |
+//! | owned / rendered | `request_id` (the private id replaces it), `stream`, `stream_options`, `return_token_ids`, `output_mode: "text"` (rendered from the engine's own text; refused for an engine without a tokenizer) |
 //! | inert (vLLM itself ignores it here) | `token_offsets`, `parse_context` (derender only), `sampling_params.output_kind` (the server sets it) |
-//! | refused by this format (any engine) | `output_mode` other than `"tokens"` |
 //! | native only: refused by another engine's client, with a 400 naming them | `features`, `content_parts`, `reasoning_ended`, `reasoning_parser_kwargs`, `ec_transfer_params`; in `sampling_params`: `detokenize: false`, `skip_special_tokens: false`, `spaces_between_special_tokens: false`, `include_stop_str_in_output`, `stream_interval`, `skip_clone`, `output_text_buffer_length`, `watermarking`, `allowed_token_ids`, `extra_args`, `bad_words`, `skip_reading_prefix_cache`, `thinking_token_budget`, `repetition_detection`, `trace_decode_token_ids`, `prompt_logprob_token_ids`, `flat_logprobs`, `structured_outputs` `choice` / `json_object` and its options, a `logit_bias` entry that is not an id and a finite number |
 //!
 //! The meanings were checked against both engines' source (vLLM 0.33.0 `SamplingParams`,

@@ -18,7 +18,7 @@ use crate::schema::{
 };
 use crate::validate;
 use crate::{
-    Carry::{Inert, NativeOnly, Owned, Refused, Rendered, Typed},
+    Carry::{Inert, NativeOnly, Owned, Rendered, Typed},
     SchemaKey, Unset,
     Unset::{Empty, Zero},
     key,
@@ -41,7 +41,9 @@ pub const REQUEST_KEYS: &[SchemaKey] = &[
     key("reasoning_ended", NativeOnly(Empty)),
     key("reasoning_parser_kwargs", NativeOnly(Empty)),
     key("return_token_ids", Rendered),
-    key("output_mode", Refused),
+    // `"text"`: the text shapes are rendered from the engine's own text (an engine with a
+    // tokenizer detokenizes anyway); refused by the format for an engine without one.
+    key("output_mode", Rendered),
     // Read only for `output_mode="derender"`, which is refused.
     key("parse_context", Inert),
     key("stream", Owned),
