@@ -337,6 +337,9 @@ pub struct Router {
     decode: Policy,
     metrics: RouterMetrics,
     budget: RetryBudget,
+    /// Requests decided between an aggregated worker and a P/D pair at equal load: alternated, so
+    /// neither kind starves the other at low concurrency.
+    mixed_ties: std::sync::atomic::AtomicU64,
     /// Fired on drop: stops connect and probe tasks.
     stop: CancellationToken,
 }
@@ -370,6 +373,7 @@ impl Router {
             config,
             workers: RwLock::new(Vec::new()),
             metrics,
+            mixed_ties: std::sync::atomic::AtomicU64::new(0),
             stop: CancellationToken::new(),
         })
     }
@@ -668,7 +672,8 @@ impl Router {
 
     /// Split this request over a P/D pair? With only P/D workers: yes (a missing role is then
     /// refused by name, never served decode-only). With both kinds: P/D when a pair is routable
-    /// and its decode side is no busier than the least loaded aggregated worker.
+    /// and its decode side is less busy than the least loaded aggregated worker, aggregated when
+    /// busier, and the two in turn at equal load.
     fn use_pd(&self, ctx: &RouteContext) -> bool {
         if let Some(pin) = &ctx.pinned {
             return pin.contains('+');
@@ -693,6 +698,13 @@ impl Router {
             return true;
         }
         let least = |ws: &[Arc<Worker>]| ws.iter().map(|w| w.load().requests()).min().unwrap_or(0);
-        least(&decode) <= least(&agg)
+        match least(&decode).cmp(&least(&agg)) {
+            std::cmp::Ordering::Less => true,
+            std::cmp::Ordering::Greater => false,
+            std::cmp::Ordering::Equal => self
+                .mixed_ties
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                .is_multiple_of(2),
+        }
     }
 }

@@ -473,3 +473,63 @@ async fn a_worker_that_breaks_every_stream_after_its_first_token_opens_its_break
     );
     assert!(!r.ready_for("sglang"));
 }
+
+/// With aggregated workers and a P/D pair, idle sequential requests go to both kinds in turn
+/// (neither starves at low concurrency), and a busy decode side sends new requests to the
+/// aggregated worker.
+#[tokio::test]
+async fn mixed_fleet_alternates_at_equal_load_and_follows_load() {
+    let r = Router::new(RouterConfig::default(), RouterMetrics::default());
+    // The prefill answers (a pair's first output waits for it); decode and aggregated hold.
+    let fakes = [Mode::Hold, Mode::Ok, Mode::Hold].map(Fake::new);
+    for (f, (id, role)) in fakes.iter().zip([
+        ("agg", Role::Aggregated),
+        ("pre", Role::Prefill),
+        ("dec", Role::Decode),
+    ]) {
+        r.add_engine(
+            WorkerSpec {
+                id: Some(id.into()),
+                url: "fake".into(),
+                kind: None,
+                role,
+                handoff: None,
+            },
+            f.clone(),
+        );
+    }
+    let mut served = HashMap::<String, u32>::new();
+    for i in 0..8u32 {
+        let d = r
+            .dispatch(request(vec![i]), &ctx(), CancellationToken::new())
+            .expect("a worker");
+        *served.entry(d.served_by().get().to_string()).or_default() += 1;
+        drop(d);
+    }
+    assert_eq!(served.get("agg"), Some(&4), "{served:?}");
+    assert_eq!(
+        served.len(),
+        2,
+        "an aggregated worker and the pair: {served:?}"
+    );
+    // A decode side busier than the aggregated worker: new requests go aggregated.
+    let held = r
+        .dispatch(
+            request(vec![1]),
+            &RouteContext {
+                pinned: Some("pre+dec".into()),
+                ..ctx()
+            },
+            CancellationToken::new(),
+        )
+        .expect("the pinned pair");
+    let mut s = held.stream;
+    let first = tokio::time::timeout(std::time::Duration::from_secs(5), s.next()).await;
+    assert!(matches!(first, Ok(Some(Ok(_)))), "{first:?}");
+    for i in 0..4u32 {
+        let d = r
+            .dispatch(request(vec![i]), &ctx(), CancellationToken::new())
+            .expect("a worker");
+        assert_eq!(d.served_by().get().to_string(), "agg");
+    }
+}
