@@ -513,18 +513,21 @@ impl Decoder {
                 output.finish_reason = Some(reason);
                 vec![output]
             }
+            Some(Finish::Cancelled) if output.token_ids.is_empty() => {
+                // No new tokens: one `Cancelled` item, keeping the choice's routed experts
+                // (vLLM sends a choice's whole blob on its final chunk, an abort's included).
+                output.finish_reason = Some(cancelled());
+                output.logprobs = None;
+                output.sampling_mask = None;
+                vec![output]
+            }
             Some(Finish::Cancelled) => {
                 let last = EngineOutput {
                     index,
                     finish_reason: Some(cancelled()),
                     ..EngineOutput::default()
                 };
-                let has_delta = !output.token_ids.is_empty() || output.routed_experts.is_some();
-                if has_delta {
-                    vec![output, last]
-                } else {
-                    vec![last]
-                }
+                vec![output, last]
             }
         })
     }

@@ -115,11 +115,12 @@ async fn streams_decode_into_deltas_and_the_request_is_edited_surgically() {
 #[tokio::test]
 async fn through_genfront_equals_direct_to_vllm() {
     let (fake, engine) = engine().await;
-    let mut first = chunk(0, &[7, 8], 2, None, Value::Null);
-    first["choices"][0]["routed_experts"] = json!(npy_u8((2, 1, 1), &[1, 2]));
+    let first = chunk(0, &[7, 8], 2, None, Value::Null);
     let mut last = chunk(0, &[9], 3, Some("repetition"), json!("repetition_detected"));
     last["choices"][0]["weight_versions"] = json!([{"version": "v7", "start": 0, "end": 3}]);
-    last["choices"][0]["routed_experts"] = json!(npy_u8((1, 1, 1), &[3]));
+    // vLLM attaches a choice's routed experts when it stops: one blob for the whole sequence
+    // (3 prompt + 3 output - 1 rows), on the final chunk, in the engine's own dtype.
+    last["choices"][0]["routed_experts"] = json!(npy_u8((5, 1, 1), &[1, 2, 3, 4, 5]));
     let native = vec![first, last, usage_chunk(3, 1)];
     let mut wire = sse(&native);
     wire.extend_from_slice(DONE);

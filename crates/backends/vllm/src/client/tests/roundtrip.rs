@@ -361,13 +361,28 @@ fn stream_round_trip(s: &Scenario) -> (Vec<EngineOutput>, Vec<EngineOutput>) {
     assert!(done);
 
     // What the decoder must give back: the same deltas, with cumulative usage per choice; the
-    // last item carries the cached tokens of the final usage chunk.
+    // last item carries the cached tokens of the final usage chunk; a choice's routed experts
+    // all come on its final chunk (as vLLM sends them).
     let mut counts = vec![0u32; s.choices.len()];
+    let mut rows: Vec<Option<RoutedExperts>> = vec![None; s.choices.len()];
+    for o in &outputs {
+        if let Some(r) = &o.routed_experts {
+            match &mut rows[o.index as usize] {
+                Some(all) => all.ids.extend_from_slice(&r.ids),
+                slot => *slot = Some(r.clone()),
+            }
+        }
+    }
     let total = outputs.len();
     let expected = outputs
         .into_iter()
         .enumerate()
         .map(|(i, mut o)| {
+            o.routed_experts = if o.finish_reason.is_some() {
+                rows[o.index as usize].take()
+            } else {
+                None
+            };
             counts[o.index as usize] += o.token_ids.len() as u32;
             o.usage = Some(Usage {
                 prompt_tokens: prompt,
