@@ -262,7 +262,10 @@ fn validate(f: &Features) -> Result<(), String> {
                 "{modality} mm_metadata and mm_hashes must have the same length"
             ));
         }
-        ranges.extend(placeholders.iter().map(|(o, l)| (*o, o + l)));
+        // Python's ints do not overflow; an end past `i128` saturates, which orders the same
+        // against every offset `i128` holds (a huge integral float length such as `1e127` is an
+        // int to pydantic).
+        ranges.extend(placeholders.iter().map(|(o, l)| (*o, o.saturating_add(*l))));
     }
     ranges.sort_unstable();
     if ranges.windows(2).any(|w| w[1].0 < w[0].1) {

@@ -274,7 +274,7 @@ pub(crate) fn model_validators(r: &GenerateRequest) -> Result<(), String> {
         if f.placeholders
             .iter()
             .flat_map(|(_, ranges)| ranges)
-            .any(|(o, l)| o + l > prompt_len)
+            .any(|(o, l)| o.saturating_add(*l) > prompt_len)
         {
             return Err("mm_placeholders must remain within the token_ids sequence".to_owned());
         }

@@ -415,6 +415,38 @@ fn cache_salt_rules() {
     );
 }
 
+/// Found by the fuzz harness (`tests/fuzz.rs`): a placeholder length near `i128::MAX` (pydantic
+/// takes an integral float such as `1.45e127` as an int) overflowed `offset + length`, a panic
+/// in builds with overflow checks. Both checks that add them refuse it like vLLM does.
+#[test]
+fn huge_placeholder_lengths_are_refused_without_overflow() {
+    let features = |ranges: serde_json::Value, hashes: usize| {
+        json!({"token_ids": [1, 2, 3, 4], "sampling_params": {}, "features": {
+            "mm_hashes": {"image": vec!["h"; hashes]}, "mm_placeholders": {"image": ranges}}})
+    };
+    for length in [json!(1.4507303363161613e127), json!(u64::MAX)] {
+        // Two ranges: the first ends past the second's offset.
+        let body = features(
+            json!([{"offset": 1, "length": length}, {"offset": 2, "length": 1}]),
+            2,
+        );
+        let message = super::support::assert_schema(&body, Some("body.features"));
+        assert!(
+            message.contains("mm_placeholders must be globally non-overlapping and sorted"),
+            "{message}"
+        );
+        // One range: it ends past the prompt.
+        let rejection = reject(&features(json!([{"offset": 1, "length": length}]), 1));
+        let (status, body) = render(&rejection.error);
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert!(
+            body.to_string()
+                .contains("mm_placeholders must remain within the token_ids sequence"),
+            "{body}"
+        );
+    }
+}
+
 #[test]
 fn features_consistency() {
     let base = |features: serde_json::Value| json!({"token_ids": [1, 2, 3, 4], "sampling_params": {}, "features": features});
