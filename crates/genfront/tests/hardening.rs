@@ -592,3 +592,25 @@ fn a_second_signal_exits_a_draining_server_at_once() {
     assert_eq!(status.code(), Some(143), "{status:?}");
     drop(stuck);
 }
+
+#[test]
+fn a_start_up_connect_error_names_its_cause_first() {
+    // Port 1 on loopback: nothing listens, the connect is refused at once.
+    let out = Command::new(env!("CARGO_BIN_EXE_genfront"))
+        .args([
+            "sidecar",
+            "--engine",
+            "sglang=http://127.0.0.1:1",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .env("RUST_LOG", "off")
+        .output()
+        .expect("run genfront sidecar");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("could not be reached (connection refused)"),
+        "{err}"
+    );
+}
