@@ -690,6 +690,7 @@ mod tests {
                     start: 0,
                     entries: vec![None, Some(TokenLogprob::default())],
                     first_text: None,
+                    first_token_id: None,
                 }),
                 routed_experts: Some(rows(&[1, 2])),
                 usage: Some(Usage {

@@ -119,11 +119,9 @@ fn sglang_text_request(rng: &mut StdRng, i: usize, tokenizer: bool) -> Value {
         && sp["n"].is_null()
         && let Some(o) = body.as_object_mut()
     {
+        // Logprob options stay: the prompt's ids, its length and the padded first position's id
+        // come only from the engine (genfront has no tokenizer).
         o.remove("input_ids");
-        o.remove("logprob_start_len");
-        o.remove("return_logprob");
-        o.remove("top_logprobs_num");
-        o.remove("token_ids_logprob");
         o.remove("return_routed_experts");
         o.insert("text".into(), json!("hello oracle"));
     }

@@ -316,6 +316,7 @@ impl Model {
             start: u32::try_from(first).unwrap_or(u32::MAX),
             entries,
             first_text: None,
+            first_token_id: None,
         }
     }
 

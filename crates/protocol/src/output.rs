@@ -103,6 +103,11 @@ pub struct PromptLogprobs {
     /// reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_text: Option<String>,
+    /// The engine's token id at `start` when `entries[0]` is `None` (SGLang's `[null, id, …]`):
+    /// the one id a client of a text prompt cannot get from genfront, which has no tokenizer.
+    /// `None`: not reported (the prompt's own id is used).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_token_id: Option<u32>,
 }
 
 /// Routed experts (MoE routing replay): `ids` is a row-major `(rows, num_layers, top_k)` tensor of

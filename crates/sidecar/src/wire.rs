@@ -355,6 +355,7 @@ pub fn encode_output(output: EngineOutput) -> Result<pb::Output, WireError> {
                 })
                 .collect(),
             first_text: p.first_text,
+            first_token_id: p.first_token_id,
         }),
         routed_experts: routed_experts.map(|r| pb::RoutedExperts {
             num_layers: r.num_layers,
@@ -405,6 +406,7 @@ pub fn decode_output(output: pb::Output) -> Result<EngineOutput, WireError> {
                 .map(|e| e.logprob.map(decode_token_logprob))
                 .collect(),
             first_text: p.first_text,
+            first_token_id: p.first_token_id,
         }),
         routed_experts: routed_experts.map(|r| RoutedExperts {
             num_layers: r.num_layers,

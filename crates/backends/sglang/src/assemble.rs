@@ -416,7 +416,15 @@ impl SglangAssembler {
             // token-id lists), so position `start` never has a logprob even when `start > 0`.
             for (j, entry) in prompt.entries.iter().enumerate() {
                 let pos = (prompt.start as usize).saturating_add(j);
-                let fallback = c.prompt.get(pos).copied().unwrap_or_default();
+                // The id of a position without a logprob: the engine's own for the padded first
+                // one (a text prompt's ids are known only to the engine), else the prompt's.
+                let fallback = match (entry, j) {
+                    (Some(e), _) => Some(e.token_id),
+                    (None, 0) => prompt.first_token_id,
+                    (None, _) => None,
+                }
+                .or_else(|| c.prompt.get(pos).copied())
+                .unwrap_or_default();
                 // The padded first position keeps the token's decoded text when the entry
                 // carries one (SGLang decodes `input_token_logprobs_idx`, which is not padded).
                 let text = match entry {
@@ -620,6 +628,7 @@ mod tests {
                 start: 0,
                 entries: vec![None, Some(entry(6, -2.0, " g"))],
                 first_text: Some(" f".to_owned()),
+                first_token_id: None,
             }),
             ..EngineOutput::default()
         };

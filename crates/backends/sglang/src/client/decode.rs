@@ -460,12 +460,13 @@ impl FrameDecoder {
             _ => None,
         };
         let mut entries = Vec::with_capacity(len);
-        let mut first_text = None;
+        let (mut first_text, mut first_token_id) = (None, None);
         for (j, lp) in lps.iter().enumerate() {
             let (logprob, id, text) = triple(lp, "input_token_logprobs")?;
             let Some(logprob) = logprob else {
                 if j == 0 {
                     first_text = text;
+                    first_token_id = id;
                 }
                 entries.push(None);
                 continue;
@@ -497,9 +498,19 @@ impl FrameDecoder {
         }
         let covered = u32::try_from(len).unwrap_or(u32::MAX);
         Ok(Some(PromptLogprobs {
-            start: self.cfg.prompt_len.saturating_sub(covered),
+            // A text prompt's length is known only to the engine (`meta_info.prompt_tokens`).
+            start: if self.cfg.prompt_len > 0 {
+                self.cfg.prompt_len
+            } else {
+                meta.get("prompt_tokens")
+                    .and_then(Value::as_u64)
+                    .and_then(|v| u32::try_from(v).ok())
+                    .unwrap_or(0)
+            }
+            .saturating_sub(covered),
             entries,
             first_text,
+            first_token_id,
         }))
     }
 

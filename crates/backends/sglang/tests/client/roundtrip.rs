@@ -225,6 +225,7 @@ fn outputs(c: &Case, req: &EngineRequest, rng: &mut Rng) -> Vec<EngineOutput> {
                         })
                         .collect(),
                     first_text: None,
+                    first_token_id: None,
                 }),
                 _ => None,
             };

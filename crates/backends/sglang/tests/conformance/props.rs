@@ -295,6 +295,7 @@ fn output() -> impl Strategy<Value = (usize, genfront_protocol::EngineOutput)> {
                         start,
                         entries: e.into_iter().map(|x| x.map(tl)).collect(),
                         first_text: None,
+                        first_token_id: None,
                     }),
                     routed_experts: experts.map(|(num_layers, top_k, ids)| RoutedExperts {
                         num_layers,

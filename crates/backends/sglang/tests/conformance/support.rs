@@ -171,6 +171,7 @@ pub fn synth(req: &EngineRequest, script: &Script) -> Vec<EngineOutput> {
                     })
                     .collect(),
                 first_text: None,
+                first_token_id: None,
             }),
             _ => None,
         };

@@ -409,6 +409,7 @@ impl Decoder {
             start: saturate(start as u64),
             entries,
             first_text: None,
+            first_token_id: None,
         }
     }
 

@@ -392,6 +392,7 @@ fn prompt_logprobs_shapes() {
         start: 0,
         entries: vec![None],
         first_text: None,
+        first_token_id: None,
     });
     assert_eq!(run_unary(p, vec![d])["prompt_logprobs"], json!([null]));
     // Longer prompts: first null, then {id: {logprob, rank, decoded_token}} with the prompt token first.
@@ -405,6 +406,7 @@ fn prompt_logprobs_shapes() {
             Some(lp(33, -0.01, 1, &[(33, -0.01)])),
         ],
         first_text: None,
+        first_token_id: None,
     });
     let out = run_unary(p, vec![d]);
     assert_eq!(

@@ -201,6 +201,7 @@ fn rl_client_requests() {
                         .map(|(i, t)| (i > 0).then(|| lp(*t, -1.5, 4, &[(1, -0.2)])))
                         .collect(),
                     first_text: None,
+                    first_token_id: None,
                 });
                 let out = run_unary(p, vec![d]);
                 let pl = out["prompt_logprobs"].as_array().expect("list");

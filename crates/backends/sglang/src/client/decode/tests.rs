@@ -755,6 +755,8 @@ fn decoded_text_in_logprob_triples() {
             assert_eq!(prompt.start, 0);
             assert!(prompt.entries[0].is_none());
             assert_eq!(prompt.first_text.as_deref(), Some(" f"));
+            // The padded position's id is the engine's (a text prompt's ids are its alone).
+            assert_eq!(prompt.first_token_id, Some(5));
             let p1 = prompt.entries[1].clone().unwrap_or_default();
             assert_eq!(p1.text.as_deref(), Some(" g"));
             assert_eq!(p1.top[0].text.as_deref(), Some(" j"));

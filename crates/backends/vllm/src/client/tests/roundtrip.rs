@@ -405,6 +405,7 @@ fn prompt_logprobs(prompt: &[u32], start: usize, k: u32) -> PromptLogprobs {
             })
             .collect(),
         first_text: None,
+        first_token_id: None,
     }
 }
 
