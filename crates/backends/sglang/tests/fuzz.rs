@@ -373,7 +373,7 @@ fn string_text(g: &mut G) -> String {
 
 /// A string that is valid JSON text and short (for engine frames).
 fn plain_string(g: &mut G) -> J {
-    jstr(*g.pick::<&str>(&["", "a", " Paris", "é漢字🙂", "\n", "Aborted", "default"]))
+    jstr(g.pick::<&str>(&["", "a", " Paris", "é漢字🙂", "\n", "Aborted", "default"]))
 }
 
 fn scalar(g: &mut G) -> J {
@@ -792,7 +792,7 @@ fn json_headers() -> HeaderMap {
 fn headers(g: &mut G) -> HeaderMap {
     let mut h = json_headers();
     if g.chance(0.1) {
-        let ct: &str = *g.pick::<&str>(&[
+        let ct: &str = g.pick::<&str>(&[
             "application/json; charset=utf-8",
             "APPLICATION/JSON",
             "application/vnd.api+json",
@@ -1358,7 +1358,7 @@ fn finish_reason(g: &mut G, produced: usize) -> J {
         ]),
         6 => J::Obj(vec![("type".into(), {
             let t: &str =
-                *g.pick::<&str>(&["eos", "cancelled", "error", "content_filter", "weird", ""]);
+                g.pick::<&str>(&["eos", "cancelled", "error", "content_filter", "weird", ""]);
             jstr(t)
         })]),
         _ => value(g, 1),

@@ -394,7 +394,7 @@ fn string_text(g: &mut G) -> String {
 
 /// A string that is valid JSON text and short (for engine frames).
 fn plain_string(g: &mut G) -> J {
-    jstr(*g.pick::<&str>(&["", "a", " Paris", "é漢字🙂", "\n", "Aborted", "default"]))
+    jstr(g.pick::<&str>(&["", "a", " Paris", "é漢字🙂", "\n", "Aborted", "default"]))
 }
 
 fn scalar(g: &mut G) -> J {
@@ -885,7 +885,7 @@ fn json_headers() -> HeaderMap {
 fn headers(g: &mut G) -> HeaderMap {
     let mut h = json_headers();
     if g.chance(0.1) {
-        let ct: &str = *g.pick::<&str>(&[
+        let ct: &str = g.pick::<&str>(&[
             "application/json; charset=utf-8",
             "APPLICATION/JSON",
             "application/vnd.api+json",
