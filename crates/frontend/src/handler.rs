@@ -281,6 +281,17 @@ pub(crate) async fn generate(
         let resp = reject(&state, &mut tracker, &*format, &err, prepared.stream);
         return with_request_id(resp, prepared.client_id.as_deref());
     }
+    if let Err((limit, err)) = crate::caps::check_request(
+        &prepared.subs,
+        &facts,
+        state.config.max_top_logprobs,
+        state.config.max_logprob_token_ids,
+        state.config.max_logprob_entries,
+    ) {
+        state.metrics.limits().hit(limit);
+        let resp = reject(&state, &mut tracker, &*format, &err, prepared.stream);
+        return with_request_id(resp, prepared.client_id.as_deref());
+    }
     let ctx = RouteContext {
         format: format.name(),
         session_id: header_str(&headers, &X_SESSION_ID),
@@ -417,7 +428,11 @@ async fn dispatch(
         let mut outputs = outputs;
         let first = outputs.next().await;
         let worker_header = answered_header(&served).or(worker_header);
-        let body = SseBody::new(outputs, Some(first), assembler, format, guard);
+        let cap = (
+            state.config.max_stream_bytes,
+            state.metrics.limits().clone(),
+        );
+        let body = SseBody::new(outputs, Some(first), assembler, format, guard, cap);
         let mut resp = Response::new(Body::from_stream(body));
         let h = resp.headers_mut();
         h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
@@ -442,7 +457,13 @@ async fn dispatch(
             return with_worker(with_request_id(resp, client_id.as_deref()), worker_header);
         }
     }
+    let max_answer = state.config.max_answer_bytes;
     let resp = match assembler.finish_unary() {
+        Ok(r) if r.body.len() > max_answer => {
+            state.metrics.limits().hit("max_answer_bytes");
+            let err = crate::caps::answer_too_large(r.body.len(), max_answer);
+            drop(r);
+            reject(&state, &mut guard.tracker, &*format, &err, false)
         Ok(r) => {
             let resp = native(r);
             guard.tracker.complete(resp.status().as_u16(), "");

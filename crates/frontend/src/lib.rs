@@ -20,8 +20,15 @@
 //! `--max-concurrent-requests` permit (503), so a client trickling its body holds none. Each hit
 //! is counted in `genfront_limit_hits_total{limit}` ([`LimitMetrics`]).
 //!
+//! After the format's parse, the output caps (`--max-engine-requests`, `--max-top-logprobs`,
+//! `--max-logprob-token-ids`, `--max-logprob-entries` up front; `--max-answer-bytes` and `--max-stream-bytes` while the
+//! answer is made): a native 400 (or, once a stream has started, the native error event) naming
+//! the flag, counted under the flag's name. The rules, the estimates and why the defaults pass
+//! ordinary RL traffic are in [`caps`] (`caps.rs`).
+//!
 //! Start at [`app`] and [`generate`](handler).
 
+mod caps;
 mod handler;
 mod ids;
 mod metrics;
@@ -42,6 +49,10 @@ use genfront_router::RouteContext;
 pub use genfront_router::Router;
 use http::StatusCode;
 use http::header::{CONTENT_TYPE, HeaderValue};
+pub use caps::{
+    DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_LOGPROB_ENTRIES, DEFAULT_MAX_LOGPROB_TOKEN_IDS,
+    DEFAULT_MAX_STREAM_BYTES, DEFAULT_MAX_TOP_LOGPROBS,
+};
 pub use ids::mint_request_id;
 pub use metrics::{LimitLabels, LimitMetrics, Metrics};
 pub use registry::InFlight;
@@ -77,6 +88,20 @@ pub struct FrontendConfig {
     /// `name: value\r\n`); beyond it a 431 with a JSON body. The HTTP parser's own buffer is
     /// twice this, so only larger heads get its empty-bodied 431.
     pub max_header_bytes: usize,
+    /// Most top logprobs per position one request may ask for (`--max-top-logprobs`); beyond it
+    /// a 400 in the native envelope. See the `caps` rules in the crate docs.
+    pub max_top_logprobs: u32,
+    /// Most listed token ids (SGLang `token_ids_logprob`, vLLM `logprob_token_ids`) one request
+    /// may ask logprobs for at every position (`--max-logprob-token-ids`); beyond it a 400.
+    pub max_logprob_token_ids: u32,
+    /// Most logprob entries (prompt rows and output tokens × entries per position, over all
+    /// engine requests) one request may ask for (`--max-logprob-entries`); beyond it a 400.
+    pub max_logprob_entries: u64,
+    /// Most bytes of one unary answer (`--max-answer-bytes`); beyond it a 400.
+    pub max_answer_bytes: usize,
+    /// Most bytes of one SSE response (`--max-stream-bytes`); beyond it the stream ends with the
+    /// format's error event and the engine work is aborted.
+    pub max_stream_bytes: u64,
 }
 
 impl Default for FrontendConfig {
@@ -89,6 +114,11 @@ impl Default for FrontendConfig {
             max_engine_requests: 1024,
             body_read_timeout: Some(Duration::from_secs(60)),
             max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
+            max_top_logprobs: DEFAULT_MAX_TOP_LOGPROBS,
+            max_logprob_token_ids: DEFAULT_MAX_LOGPROB_TOKEN_IDS,
+            max_logprob_entries: DEFAULT_MAX_LOGPROB_ENTRIES,
+            max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
+            max_stream_bytes: DEFAULT_MAX_STREAM_BYTES,
         }
     }
 }

@@ -42,7 +42,9 @@ pub struct AbortLabels {
 pub struct LimitLabels {
     /// The limit, named after its flag without the dashes: `max_connections`,
     /// `header_read_timeout`, `write_timeout`, `body_read_timeout`, `body_limit`,
-    /// `max_concurrent_requests`, `engine_first_byte_timeout`, `engine_idle_timeout`; and the
+    /// `max_concurrent_requests`, `engine_first_byte_timeout`, `engine_idle_timeout`, the output
+    /// caps `max_top_logprobs`, `max_logprob_token_ids`, `max_logprob_entries`, `max_answer_bytes`, `max_stream_bytes`; and the
+    /// strict-HTTP rules `host_required`, `content_type`, `content_encoding`, `max_header_bytes`.
     /// strict-HTTP rules `host_required`, `content_type`, `content_encoding`, `max_header_bytes`.
     pub limit: String,
 }

@@ -11,6 +11,7 @@ use futures::stream::{BoxStream, SelectAll, StreamExt};
 use genfront_format::{Assembler, GenerateError, GenerateFormat};
 
 use crate::handler::{RequestGuard, Tagged};
+use crate::metrics::LimitMetrics;
 
 const DONE: &[u8] = b"data: [DONE]\n\n";
 
@@ -32,6 +33,10 @@ pub(crate) struct SseBody {
     events: Vec<Bytes>,
     done: bool,
     guard: RequestGuard,
+    /// Bytes of events produced so far (with their `data: `/blank-line framing).
+    sent: u64,
+    /// `--max-stream-bytes` and the counter of its hits.
+    cap: (u64, LimitMetrics),
 }
 
 impl SseBody {
@@ -41,6 +46,7 @@ impl SseBody {
         assembler: Box<dyn Assembler>,
         format: Arc<dyn GenerateFormat>,
         guard: RequestGuard,
+        cap: (u64, LimitMetrics),
     ) -> Self {
         Self {
             outputs,
@@ -50,6 +56,8 @@ impl SseBody {
             events: Vec::new(),
             done: false,
             guard,
+            sent: 0,
+            cap,
         }
     }
 
@@ -108,6 +116,21 @@ impl Stream for SseBody {
                     if let Err(e) = this.assembler.on_output(sub, out, &mut this.events) {
                         this.events.truncate(before);
                         return Poll::Ready(Some(Ok(this.fail(&e))));
+                    }
+                    // --max-stream-bytes: the events that would pass it are not sent; the
+                    // stream ends with the error event, and dropping the body aborts the engine.
+                    let added: u64 = this.events[before..]
+                        .iter()
+                        .map(|e| e.len() as u64 + 8)
+                        .sum();
+                    this.sent = this.sent.saturating_add(added);
+                    if this.sent > this.cap.0 {
+                        this.events.truncate(before);
+                        this.cap.1.hit("max_stream_bytes");
+                        // Dropping the engine streams aborts the engine work now.
+                        this.outputs = SelectAll::new();
+                        let err = crate::caps::stream_too_large(this.cap.0);
+                        return Poll::Ready(Some(Ok(this.fail(&err))));
                     }
                     if this.events.len() >= COALESCE_EVENTS
                         || this.events.iter().map(Bytes::len).sum::<usize>() >= COALESCE_BYTES

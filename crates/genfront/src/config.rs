@@ -228,6 +228,42 @@ pub struct ServeArgs {
         help_heading = "Limits"
     )]
     pub max_engine_requests: usize,
+    /// Most top logprobs per position one request may ask for (a native 400 beyond it).
+    /// Default: vLLM's default `max_logprobs`; SGLang itself accepts up to the vocabulary.
+    #[arg(
+        long,
+        env = "GENFRONT_MAX_TOP_LOGPROBS",
+        default_value_t = genfront_frontend::DEFAULT_MAX_TOP_LOGPROBS,
+        help_heading = "Limits"
+    )]
+    pub max_top_logprobs: u32,
+    /// Most listed token ids (SGLang `token_ids_logprob`, vLLM `logprob_token_ids`) whose
+    /// logprobs one request may ask for at every position (a native 400 beyond it).
+    #[arg(
+        long,
+        env = "GENFRONT_MAX_LOGPROB_TOKEN_IDS",
+        default_value_t = genfront_frontend::DEFAULT_MAX_LOGPROB_TOKEN_IDS,
+        help_heading = "Limits"
+    )]
+    pub max_logprob_token_ids: u32,
+    /// Most logprob entries one request may ask for: prompt rows × entries per position plus,
+    /// with output logprobs, n × max_tokens × entries per position, over all engine requests
+    /// (entries per position = max(k, 1) + listed ids). A native 400 beyond it.
+    #[arg(
+        long,
+        env = "GENFRONT_MAX_LOGPROB_ENTRIES",
+        default_value_t = genfront_frontend::DEFAULT_MAX_LOGPROB_ENTRIES,
+        help_heading = "Limits"
+    )]
+    pub max_logprob_entries: u64,
+    /// Most bytes of one unary answer (a native 400 beyond it).
+    #[arg(long, env = "GENFRONT_MAX_ANSWER_BYTES", default_value = "256MiB", value_parser = parse_byte_size, help_heading = "Limits")]
+    pub max_answer_bytes: usize,
+    /// Most bytes of one SSE response (SGLang's cumulative mode re-sends the whole answer in
+    /// every event); beyond it the stream ends with the native error event and the engine work
+    /// is aborted.
+    #[arg(long, env = "GENFRONT_MAX_STREAM_BYTES", default_value = "1GiB", value_parser = parse_byte_size, help_heading = "Limits")]
+    pub max_stream_bytes: usize,
     /// Maximum concurrent generate requests (503 with Retry-After beyond it); unlimited if unset.
     #[arg(
         long,
@@ -473,6 +509,11 @@ impl ServeArgs {
             max_engine_requests: self.max_engine_requests,
             body_read_timeout: nonzero(self.body_read_timeout),
             max_header_bytes: self.max_header_bytes,
+            max_top_logprobs: self.max_top_logprobs,
+            max_logprob_token_ids: self.max_logprob_token_ids,
+            max_logprob_entries: self.max_logprob_entries,
+            max_answer_bytes: self.max_answer_bytes,
+            max_stream_bytes: self.max_stream_bytes as u64,
             ..FrontendConfig::default()
         }
     }
@@ -660,6 +701,18 @@ mod tests {
         let a = ServeArgs::default();
         assert_eq!(a.port, 8000);
         assert_eq!(a.body_limit, DEFAULT_BODY_LIMIT);
+        // The output caps' flag defaults are the frontend's defaults.
+        let f = a.frontend_config();
+        let d = FrontendConfig::default();
+        assert_eq!(
+            (f.max_top_logprobs, f.max_logprob_token_ids),
+            (d.max_top_logprobs, d.max_logprob_token_ids)
+        );
+        assert_eq!(f.max_logprob_entries, d.max_logprob_entries);
+        assert_eq!(
+            (f.max_answer_bytes, f.max_stream_bytes),
+            (d.max_answer_bytes, d.max_stream_bytes)
+        );
         assert_eq!(a.shutdown_grace, Duration::from_secs(30));
         assert_eq!(a.mock_count(), 1);
         let w = ServeArgs::parse_from(["serve", "--worker", "grpc://127.0.0.1:1"]);

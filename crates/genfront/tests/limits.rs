@@ -1,0 +1,182 @@
+//! Bounded work and bounded memory per request: the output caps (`--max-top-logprobs`,
+//! `--max-logprob-entries`, `--max-answer-bytes`, `--max-stream-bytes`) answer in each format's
+//! native envelope and count in `genfront_limit_hits_total`, and a 64 MiB id body is parsed
+//! without a JSON tree of every id (the peak RSS of a `genfront serve --mock 1` child).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{TestServer, sse_events, start_with, zero_delay};
+use serde_json::{Value, json};
+
+fn hits(server: &TestServer, limit: &str) -> u64 {
+    server.state.metrics.limits().hits(limit)
+}
+
+fn vocab(server: &TestServer) -> u32 {
+    server.engines[0]
+        .info()
+        .vocab_size
+        .expect("the mock knows its vocabulary")
+}
+
+/// `len` prompt ids below `vocab`, spread over it.
+fn prompt(len: usize, vocab: u32) -> Vec<u32> {
+    (0..len as u32)
+        .map(|i| (i.wrapping_mul(7919) + 11) % vocab)
+        .collect()
+}
+
+/// The amplification request: an 11 KB SGLang body asking for the whole vocabulary of
+/// prompt logprobs at every position of a 2k-token prompt. Refused up front with SGLang's 400,
+/// naming the flag; the engine never sees it.
+#[tokio::test]
+async fn sglang_amplification_request_is_a_native_400() {
+    let server = start_with(&[], zero_delay(), 1).await;
+    let v = vocab(&server);
+    let body = json!({
+        "input_ids": prompt(2048, v),
+        "return_logprob": true,
+        "logprob_start_len": 0,
+        "top_logprobs_num": v,
+        "sampling_params": {"max_new_tokens": 1},
+    });
+    let size = serde_json::to_vec(&body).expect("json").len();
+    assert!(size < 16 * 1024, "the request is small: {size} bytes");
+    let (status, answer) = server.post_json("/generate", &body).await;
+    assert_eq!(status, 400, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("--max-top-logprobs"), "{answer}");
+    assert!(message.contains(&format!("{v} top logprobs")), "{answer}");
+    assert_eq!(hits(&server, "max_top_logprobs"), 1);
+    assert_eq!(server.engines[0].running(), 0);
+    // At the cap it is served.
+    let ok = json!({
+        "input_ids": prompt(64, v),
+        "return_logprob": true,
+        "logprob_start_len": 0,
+        "top_logprobs_num": 20,
+        "sampling_params": {"max_new_tokens": 2},
+    });
+    let (status, answer) = server.post_json("/generate", &ok).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer["meta_info"]["input_top_logprobs"]
+            .as_array()
+            .map(Vec::len),
+        Some(64)
+    );
+}
+
+/// `token_ids_logprob` longer than `--max-logprob-token-ids` is refused up front.
+#[tokio::test]
+async fn sglang_token_ids_logprob_over_the_cap() {
+    let server = start_with(&["--max-logprob-token-ids", "4"], zero_delay(), 1).await;
+    let body = json!({
+        "input_ids": [1, 2, 3],
+        "return_logprob": true,
+        "token_ids_logprob": [1, 2, 3, 4, 5],
+        "sampling_params": {"max_new_tokens": 1},
+    });
+    let (status, answer) = server.post_json("/generate", &body).await;
+    assert_eq!(status, 400, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("5 listed token ids") && message.contains("--max-logprob-token-ids"),
+        "{answer}"
+    );
+    assert_eq!(hits(&server, "max_logprob_token_ids"), 1);
+}
+
+/// Prompt rows × k over `--max-logprob-entries`: SGLang (rows from `logprob_start_len`) and vLLM
+/// (`prompt_logprobs` × prompt length), each in its own envelope.
+#[tokio::test]
+async fn logprob_entries_over_the_cap_in_both_envelopes() {
+    let server = start_with(&["--max-logprob-entries", "1000"], zero_delay(), 1).await;
+    let v = vocab(&server);
+    // 300 rows × 5 = 1500 > 1000.
+    let body = json!({
+        "input_ids": prompt(300, v),
+        "return_logprob": true,
+        "logprob_start_len": 0,
+        "top_logprobs_num": 5,
+        "sampling_params": {"max_new_tokens": 0},
+    });
+    let (status, answer) = server.post_json("/generate", &body).await;
+    assert_eq!(status, 400, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("1500 logprob entries") && message.contains("--max-logprob-entries"),
+        "{answer}"
+    );
+    // Starting later asks for fewer rows: 150 × 5 = 750 passes.
+    let mut later = body.clone();
+    later["logprob_start_len"] = json!(150);
+    let (status, answer) = server.post_json("/generate", &later).await;
+    assert_eq!(status, 200, "{answer}");
+
+    let body = json!({"token_ids": prompt(300, v), "sampling_params": {"max_tokens": 1, "prompt_logprobs": 5}});
+    let (status, answer) = server.post_json("/inference/v1/generate", &body).await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["error"]["type"], "BadRequestError", "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("--max-logprob-entries"), "{answer}");
+    // Output logprobs count n × max_tokens × k: 4 × 100 × 5 = 2000 > 1000.
+    let body = json!({"token_ids": [1, 2, 3], "sampling_params": {"max_tokens": 100, "n": 4, "logprobs": 5}});
+    let (status, answer) = server.post_json("/inference/v1/generate", &body).await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("2000 logprob entries"),
+        "{answer}"
+    );
+    assert_eq!(hits(&server, "max_logprob_entries"), 3);
+}
+
+/// A unary answer over `--max-answer-bytes` is a native 400 naming the flag.
+#[tokio::test]
+async fn unary_answer_over_the_byte_cap() {
+    let server = start_with(&["--max-answer-bytes", "2KiB"], zero_delay(), 1).await;
+    let body = json!({"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 1000, "ignore_eos": true}});
+    let (status, answer) = server.post_json("/generate", &body).await;
+    assert_eq!(status, 400, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("--max-answer-bytes"), "{answer}");
+    assert_eq!(hits(&server, "max_answer_bytes"), 1);
+    let small = json!({"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 4, "ignore_eos": true}});
+    let (status, answer) = server.post_json("/generate", &small).await;
+    assert_eq!(status, 200, "{answer}");
+}
+
+/// SGLang's cumulative stream re-sends the whole answer every event: once its bytes pass
+/// `--max-stream-bytes` the stream ends with SGLang's error event and `[DONE]`, and the engine
+/// request is aborted (it had thousands of tokens left).
+#[tokio::test]
+async fn cumulative_stream_over_the_byte_cap_ends_with_the_native_error_event() {
+    let mut cfg = zero_delay();
+    cfg.inter_token_latency = Duration::from_millis(1);
+    let server = start_with(&["--max-stream-bytes", "64KiB"], cfg, 1).await;
+    let body = json!({"input_ids": [1, 2, 3], "stream": true,
+        "sampling_params": {"max_new_tokens": 20000, "ignore_eos": true}});
+    let resp = server.post("/generate", &body).await;
+    assert_eq!(resp.status().as_u16(), 200);
+    let text = resp.text().await.expect("body");
+    assert!(text.len() <= 64 * 1024 + 1024, "{} bytes", text.len());
+    let events = sse_events(&text);
+    assert!(events.len() > 2, "some events before the cap");
+    let last: &Value = events.last().expect("events");
+    let message = last["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("--max-stream-bytes"), "{last}");
+    // The events before it are cumulative answers (SGLang's default mode).
+    assert!(events[events.len() - 2]["output_ids"].is_array());
+    assert!(
+        server.wait_idle(Duration::from_secs(5)).await,
+        "engine work stopped"
+    );
+    assert_eq!(server.aborted(), 1, "the engine request was aborted");
+    assert_eq!(hits(&server, "max_stream_bytes"), 1);
+}
+
