@@ -267,7 +267,14 @@ impl Run {
         self.choices = (0..self.req.sampling.n)
             .map(|i| Choice {
                 ctx: prompt_ctx,
-                sample_key: combine(combine(seed_key, u64::from(i)), tag::SAMPLE),
+                // A fanned-out copy (`sample_index`) samples as the client's i-th sample would.
+                sample_key: combine(
+                    combine(
+                        seed_key,
+                        u64::from(i) + u64::from(self.req.sampling.sample_index),
+                    ),
+                    tag::SAMPLE,
+                ),
                 generated: 0,
                 finished: false,
             })

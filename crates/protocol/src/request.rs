@@ -134,6 +134,17 @@ pub struct SamplingOptions {
     pub repetition_penalty: Option<f64>,
     /// Seed for reproducible sampling.
     pub seed: Option<u64>,
+    /// Which of the client's parallel samples this engine request is, when a format fans `n` out
+    /// into separate engine requests of `n = 1` (SGLang: one request per copy, each with its own
+    /// rid). Real engines sample each request on its own; an engine whose unseeded sampling is a
+    /// function of the request (the mocker) offsets its sample keys by it, so the copies differ
+    /// as they do on a real engine. 0 otherwise.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub sample_index: u32,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
 }
 
 impl Default for SamplingOptions {
@@ -148,6 +159,7 @@ impl Default for SamplingOptions {
             presence_penalty: None,
             repetition_penalty: None,
             seed: None,
+            sample_index: 0,
         }
     }
 }

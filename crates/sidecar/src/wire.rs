@@ -98,6 +98,7 @@ pub fn encode_request(request: EngineRequest) -> Result<pb::GenerateRequest, Wir
             presence_penalty: sampling.presence_penalty,
             repetition_penalty: sampling.repetition_penalty,
             seed: sampling.seed,
+            sample_index: sampling.sample_index,
         }),
         output: Some(pb::OutputOptions {
             logprobs: output.logprobs,
@@ -260,6 +261,7 @@ pub fn decode_request(request: pb::GenerateRequest) -> Result<EngineRequest, Wir
             presence_penalty: s.presence_penalty,
             repetition_penalty: s.repetition_penalty,
             seed: s.seed,
+            sample_index: s.sample_index,
         }),
         output: OutputOptions {
             logprobs: output.logprobs,

@@ -139,6 +139,7 @@ prop_compose! {
         values in [float(), float(), float(), float(), float(), float()],
         top_k in option::of(any::<i64>()),
         seed in option::of(any::<u64>()),
+        sample_index in any::<u32>(),
     ) -> SamplingOptions {
         let pick = |i: usize| floats[i].then_some(values[i]);
         SamplingOptions {
@@ -151,6 +152,7 @@ prop_compose! {
             presence_penalty: pick(4),
             repetition_penalty: pick(5),
             seed,
+            sample_index,
         }
     }
 }

@@ -35,6 +35,8 @@ pub(crate) struct ItemSpec {
     pub body_rid: bool,
     /// Whether `n > 1` fanned this prompt out (then the item body says `n: 1`).
     pub fanned_out: bool,
+    /// Which copy of the fan-out this is (0 without one): `SamplingOptions::sample_index`.
+    pub copy: u32,
     /// Prompt token ids (validated `< vocab_size`).
     pub token_ids: Vec<u32>,
     /// Typed `sampling_params` of the item.
@@ -96,7 +98,9 @@ pub(crate) fn validate_and_expand(
         // engine); genfront has no tokenizer, so its token-count checks are the engine's.
         let text_prompt = kind == (InputKind::Text { with_ids: false });
         let ids = match (kind, row.ids) {
-            _ if text_prompt && engine.tokenizer != Some(false) => Vec::new(),
+            _ if text_prompt && engine.tokenizer != Some(false) => {
+                crate::request::PromptIds::default()
+            }
             (InputKind::Text { with_ids: false }, _) => return invalid(TEXT_UNSUPPORTED.into()),
             (InputKind::Embeds, _) => return invalid(EMBEDS_UNSUPPORTED.into()),
             (_, Some(ids)) => ids,
@@ -130,13 +134,13 @@ pub(crate) fn validate_and_expand(
                 PyNum(raw)
             ));
         }
-        if ids.iter().any(|&id| id >= id_bound) {
+        if ids.any_at_least(id_bound) {
             return invalid(format!(
                 "The input_ids {} contains values greater than the vocab size ({vocab_text}).",
-                int_list_repr(&ids)
+                int_list_repr(&ids.to_wide())
             ));
         }
-        if let Some(neg) = ids.iter().find(|&&id| id < 0) {
+        if let Some(neg) = ids.first_negative() {
             return invalid(format!(
                 "The input_ids contain the negative token id {neg}; valid token ids are in [0, {vocab_text})."
             ));
@@ -203,10 +207,8 @@ pub(crate) fn validate_and_expand(
                 ));
             }
         };
-        let token_ids: Vec<u32> = ids
-            .iter()
-            .filter_map(|&id| u32::try_from(id).ok())
-            .collect();
+        // Moved, not copied, on the fast path: a 64 MiB prompt is held once.
+        let mut token_ids: Vec<u32> = ids.into_u32();
         let routing = RoutingHints {
             dp_rank: f.dp_rank.and_then(|r| u32::try_from(r).ok()),
             priority: f.priority.and_then(|p| i64::try_from(p).ok()),
@@ -214,7 +216,7 @@ pub(crate) fn validate_and_expand(
             session_id: f.session_id.map(str::to_owned),
             lora: row.lora,
         };
-        for _ in 0..n {
+        for copy in 0..n {
             specs.push(ItemSpec {
                 b: row.b,
                 rid: match (&row.rid, n) {
@@ -223,7 +225,12 @@ pub(crate) fn validate_and_expand(
                 },
                 body_rid: f.rid.is_some(),
                 fanned_out: n > 1,
-                token_ids: token_ids.clone(),
+                copy: u32::try_from(copy).unwrap_or(u32::MAX),
+                token_ids: if copy + 1 == n {
+                    std::mem::take(&mut token_ids)
+                } else {
+                    token_ids.clone()
+                },
                 sampling: sampling.clone(),
                 return_logprob: row.return_logprob,
                 logprob_start_len,
@@ -439,6 +446,7 @@ impl Item {
                 presence_penalty: sp.presence_penalty(),
                 repetition_penalty: sp.repetition_penalty(),
                 seed: sp.seed,
+                sample_index: s.copy,
             },
             output: OutputOptions {
                 logprobs: s.return_logprob.then_some(s.top_logprobs_num),

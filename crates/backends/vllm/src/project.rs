@@ -181,6 +181,7 @@ pub(crate) fn project(
             presence_penalty: Some(s.presence_penalty),
             repetition_penalty: Some(s.repetition_penalty),
             seed: s.seed.map(seed),
+            sample_index: 0,
         },
         output: OutputOptions {
             logprobs: logprob_mode.map(|m| u32::try_from(m.k).unwrap_or(u32::MAX)),

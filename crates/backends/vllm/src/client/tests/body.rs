@@ -165,6 +165,7 @@ fn sglang(output: OutputOptions) -> EngineRequest {
             presence_penalty: None,
             repetition_penalty: Some(1.05),
             seed: Some(42),
+            sample_index: 0,
         },
         output,
         routing: RoutingHints {
