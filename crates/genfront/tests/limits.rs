@@ -180,3 +180,121 @@ async fn cumulative_stream_over_the_byte_cap_ends_with_the_native_error_event() 
     assert_eq!(hits(&server, "max_stream_bytes"), 1);
 }
 
+/// Peak resident memory (`VmHWM`, bytes) of process `pid`.
+fn vm_hwm(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmHWM");
+    kb * 1024
+}
+
+/// A `genfront serve --mock 1` child on an ephemeral port; returns it and its port.
+fn spawn_genfront(extra: &[&str]) -> (std::process::Child, u16) {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let mut args = vec![
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--mock",
+        "1",
+        "--mock-zero-delay",
+    ];
+    args.extend_from_slice(extra);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_genfront"))
+        .args(&args)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn genfront");
+    let out = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let port = loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("genfront logs its address");
+        if let Some(rest) = line.split("address=127.0.0.1:").nth(1) {
+            break rest
+                .split(|c: char| !c.is_ascii_digit())
+                .next()
+                .and_then(|p| p.parse::<u16>().ok())
+                .expect("port");
+        }
+    };
+    (child, port)
+}
+
+/// A 64 MiB SGLang body of ids (one prompt of ~9.7M ids spread over a 150k vocabulary, as JSON
+/// of about 6.9 bytes an id) is served by a `genfront serve --mock 1` child whose peak RSS stays
+/// below 200 MB: the ids are read straight into `Vec<u32>` (no `Value` per id), moved into the
+/// engine request, and the native body keeps no copy of them.
+#[tokio::test]
+async fn a_64_mib_id_body_peaks_below_200_mb() {
+    const LIMIT: usize = 64 * 1024 * 1024;
+    let vocab = 150_000u32;
+    let mut body = String::with_capacity(LIMIT);
+    body.push_str(
+        r#"{"sampling_params": {"max_new_tokens": 1, "ignore_eos": true}, "input_ids": ["#,
+    );
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut count = 0usize;
+    while body.len() < LIMIT - 32 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        if count > 0 {
+            body.push(',');
+        }
+        body.push_str(&(x % u64::from(vocab)).to_string());
+        count += 1;
+    }
+    body.push_str("]}");
+    assert!(body.len() <= LIMIT);
+    let context = (count + 16).to_string();
+    let (mut child, port) = spawn_genfront(&[
+        "--mock-vocab-size",
+        "150000",
+        "--mock-context-len",
+        &context,
+        "--body-limit",
+        "64MiB",
+    ]);
+    let before = vm_hwm(child.id());
+    let client = reqwest::Client::new();
+    let resp = client
+        .post(format!("http://127.0.0.1:{port}/generate"))
+        .header("content-type", "application/json")
+        .body(body)
+        .timeout(Duration::from_secs(60))
+        .send()
+        .await
+        .expect("sent");
+    let status = resp.status().as_u16();
+    let answer: Value = resp.json().await.expect("json");
+    let peak = vm_hwm(child.id());
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer["meta_info"]["prompt_tokens"].as_u64(),
+        Some(count as u64)
+    );
+    eprintln!(
+        "64 MiB body, {count} ids: VmHWM {} MB (at start {} MB)",
+        peak / 1_000_000,
+        before / 1_000_000
+    );
+    assert!(peak < 200_000_000, "VmHWM {peak} bytes");
+}

@@ -5,7 +5,9 @@
 //! **Format** ([`SglangFormat`]): parsing and validating the body exactly as SGLang's
 //! `GenerateReqInput` / `TokenizerManager` / `SamplingParams` do (same order, same messages, same
 //! status codes), batch and parallel-sampling (`n > 1`) expansion, the projection of each item to
-//! an [`EngineRequest`](genfront_protocol::EngineRequest) with its lossless native body, the
+//! an [`EngineRequest`](genfront_protocol::EngineRequest) with its lossless native body (the
+//! client's object with `input_ids: null` in place of the ids, which the request holds once as
+//! typed `token_ids` and the engine client writes back into that key: see below), the
 //! assembly of engine deltas into SGLang's unary body or cumulative/incremental SSE chunks, SGLang's
 //! error envelopes, and `POST /abort_request`.
 //!
@@ -34,6 +36,18 @@
 //! [`genfront_protocol::Candidate::text`] and the assembler writes it back, unary and in both
 //! SSE modes (the padded first prompt position's `[null, id, text]` through
 //! [`genfront_protocol::PromptLogprobs::first_text`]); genfront never fills a slot itself.
+//!
+//! # Body memory
+//!
+//! A body is parsed on a fast path first (`request/fast.rs`): every top-level key but
+//! `input_ids` as a JSON `Value`, `input_ids` (flat or a batch of rows) straight into `Vec<u32>`,
+//! moved (not copied) into each item's `token_ids`; the native body keeps `input_ids: null` in
+//! the key's position. A body the fast path does not take as it is (not an object, invalid
+//! JSON, an id list with a negative, float, string or `> u32::MAX` entry) is parsed as one
+//! `Value` tree exactly as before, so every message is unchanged. Measured with a 64 MiB body of
+//! 10.7M ids (`genfront serve --mock 1`, peak RSS `VmHWM`): 134 MB on the fast path, 930 MB for
+//! the `Value` tree alone on the full path. Bound: the body bytes plus 4 bytes an id; the
+//! densest id text is 2 bytes an id (`0,`), so at most 3× the body.
 //!
 //! # Serving one format on the other engine
 //!

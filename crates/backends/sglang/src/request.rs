@@ -6,6 +6,8 @@
 //! parallel sampling, per-item lists, rids (`ValueError`s: [`GenerateError::Validation`]) →
 //! per-item checks ([`crate::item`]).
 
+mod fast;
+
 use genfront_format::{GenerateError, ParseInput, Rejection};
 use genfront_protocol::Bootstrap;
 use serde_json::Value;
@@ -169,12 +171,94 @@ pub(crate) enum InputKind {
     Embeds,
 }
 
+/// The token ids of one prompt, as read.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum PromptIds {
+    /// From the JSON tree: any integer (the checks name negative or out-of-range ids).
+    Wide(Vec<i64>),
+    /// From the body's fast path ([`fast`]): every id fits a `u32`.
+    Narrow(Vec<u32>),
+}
+
+impl Default for PromptIds {
+    fn default() -> Self {
+        PromptIds::Narrow(Vec::new())
+    }
+}
+
+impl PromptIds {
+    /// Number of ids.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            PromptIds::Wide(v) => v.len(),
+            PromptIds::Narrow(v) => v.len(),
+        }
+    }
+
+    /// Whether there are no ids.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether an id is `>= bound`.
+    pub(crate) fn any_at_least(&self, bound: i64) -> bool {
+        match self {
+            PromptIds::Wide(v) => v.iter().any(|&id| id >= bound),
+            PromptIds::Narrow(v) => v.iter().any(|&id| i64::from(id) >= bound),
+        }
+    }
+
+    /// The first negative id.
+    pub(crate) fn first_negative(&self) -> Option<i64> {
+        match self {
+            PromptIds::Wide(v) => v.iter().copied().find(|&id| id < 0),
+            PromptIds::Narrow(_) => None,
+        }
+    }
+
+    /// The ids as `i64`s (for error messages).
+    pub(crate) fn to_wide(&self) -> Vec<i64> {
+        match self {
+            PromptIds::Wide(v) => v.clone(),
+            PromptIds::Narrow(v) => v.iter().map(|&id| i64::from(id)).collect(),
+        }
+    }
+
+    /// The ids that fit a `u32` (all of them once the checks passed), moved when narrow.
+    pub(crate) fn into_u32(self) -> Vec<u32> {
+        match self {
+            PromptIds::Wide(v) => v.iter().filter_map(|&id| u32::try_from(id).ok()).collect(),
+            PromptIds::Narrow(v) => v,
+        }
+    }
+}
+
+/// `input_ids`: one prompt's ids or a batch of them.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum IdLists {
+    /// `[1, 2, 3]` (also `[]`).
+    Flat(PromptIds),
+    /// `[[1, 2], [3]]`.
+    Nested(Vec<PromptIds>),
+}
+
+impl From<TokenLists> for IdLists {
+    fn from(t: TokenLists) -> Self {
+        match t {
+            TokenLists::Flat(v) => IdLists::Flat(PromptIds::Wide(v)),
+            TokenLists::Nested(rows) => {
+                IdLists::Nested(rows.into_iter().map(PromptIds::Wide).collect())
+            }
+        }
+    }
+}
+
 /// The typed view of the top-level fields genfront reads (schema-checked).
 #[derive(Debug)]
 pub(crate) struct Fields<'a> {
     pub rid: Option<OneOrList<&'a str>>,
     pub text: Option<OneOrList<&'a str>>,
-    pub input_ids: Option<TokenLists>,
+    pub input_ids: Option<IdLists>,
     pub input_embeds: Option<&'a Vec<Value>>,
     pub sampling: Option<OneOrList<SamplingParams>>,
     pub return_logprob: Option<OneOrList<bool>>,
@@ -206,14 +290,20 @@ pub(crate) fn parse(
     input: &ParseInput<'_>,
     engine_side: bool,
 ) -> Result<GenerateRequest, Rejection> {
-    let value: Value = serde_json::from_slice(input.body).map_err(|e| {
-        Rejection::from(GenerateError::Schema {
-            message: format!("JSON decode error: {e}"),
-            param: Some("body".to_owned()),
-        })
-    })?;
-    let Value::Object(mut obj) = value else {
-        return Err(json::type_error("body", "a valid dictionary").into());
+    let (mut obj, fast_ids) = match fast::parse(input.body) {
+        Some(parsed) => parsed,
+        None => {
+            let value: Value = serde_json::from_slice(input.body).map_err(|e| {
+                Rejection::from(GenerateError::Schema {
+                    message: format!("JSON decode error: {e}"),
+                    param: Some("body".to_owned()),
+                })
+            })?;
+            let Value::Object(obj) = value else {
+                return Err(json::type_error("body", "a valid dictionary").into());
+            };
+            (obj, None)
+        }
     };
     // No body rid: the `x-request-id` header is the rid (as the reference frontend does), so
     // the echoed header and `meta_info.id` agree.
@@ -229,7 +319,10 @@ pub(crate) fn parse(
     }
     let stream = req_bool(&obj, "stream", false)?;
     let reject = |error: GenerateError| Rejection { error, stream };
-    let fields = Fields::read(&obj).map_err(reject)?;
+    let mut fields = Fields::read(&obj).map_err(reject)?;
+    if fast_ids.is_some() {
+        fields.input_ids = fast_ids;
+    }
     check_other_types(&obj, engine_side).map_err(reject)?;
     let client_id = match &fields.rid {
         Some(OneOrList::One(rid)) => Some((*rid).to_owned()),
@@ -246,7 +339,7 @@ pub(crate) fn parse(
         .get("x-data-parallel-rank")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u32>().ok());
-    let (is_single, specs) = normalize(&fields, input).map_err(reject)?;
+    let (is_single, specs) = normalize(&mut fields, input).map_err(reject)?;
     drop(fields);
     let bootstraps = if engine_side {
         bootstraps(&obj, &specs).map_err(reject)?
@@ -301,7 +394,7 @@ impl<'a> Fields<'a> {
         Ok(Self {
             rid: opt_one_or_list(obj, "rid", json::str_of)?,
             text: opt_one_or_list(obj, "text", json::str_of)?,
-            input_ids: opt_token_lists(obj, "input_ids")?,
+            input_ids: opt_token_lists(obj, "input_ids")?.map(IdLists::from),
             input_embeds,
             sampling,
             return_logprob: opt_one_or_list(obj, "return_logprob", json::bool_of)?,
@@ -440,7 +533,7 @@ fn hidden_states_requested(obj: &Obj) -> Result<bool, GenerateError> {
 /// SGLang's `normalize_batch_and_arguments` and the checks `generate_request` runs right after it,
 /// then the per-item checks. Returns whether the request is single and one spec per engine request.
 fn normalize(
-    f: &Fields<'_>,
+    f: &mut Fields<'_>,
     input: &ParseInput<'_>,
 ) -> Result<(bool, Vec<ItemSpec>), GenerateError> {
     let invalid = |m: &str| Err(GenerateError::validation(m));
@@ -465,9 +558,9 @@ fn normalize(
         }
     } else if let Some(ids) = &f.input_ids {
         match ids {
-            TokenLists::Flat(v) if v.is_empty() => return invalid("input_ids cannot be empty."),
-            TokenLists::Flat(_) => (InputKind::Ids, true, 1),
-            TokenLists::Nested(rows) => (InputKind::Ids, false, rows.len()),
+            IdLists::Flat(v) if v.is_empty() => return invalid("input_ids cannot be empty."),
+            IdLists::Flat(_) => (InputKind::Ids, true, 1),
+            IdLists::Nested(rows) => (InputKind::Ids, false, rows.len()),
         }
     } else {
         let embeds = f.input_embeds.map(Vec::as_slice).unwrap_or_default();
@@ -529,6 +622,7 @@ fn normalize(
     } else {
         batch_rows(f, kind, batch_size, n)?
     };
+    let f = &*f;
     // generate_request: checks after normalization
     if f.max_thinking_tokens.is_some() {
         return invalid(
@@ -546,7 +640,7 @@ pub(crate) struct Row {
     /// The client-visible rid (`None` for `n > 1`, where each copy gets a fresh uuid).
     pub rid: Option<String>,
     /// The token ids (`None` for text-only or embeds inputs).
-    pub ids: Option<Vec<i64>>,
+    pub ids: Option<PromptIds>,
     pub return_logprob: bool,
     pub logprob_start_len: i128,
     pub top_logprobs_num: i128,
@@ -564,7 +658,7 @@ pub(crate) fn fresh_rid() -> String {
 }
 
 /// `_normalize_single_inputs`.
-fn single_rows(f: &Fields<'_>, kind: InputKind) -> Result<Vec<Row>, GenerateError> {
+fn single_rows(f: &mut Fields<'_>, kind: InputKind) -> Result<Vec<Row>, GenerateError> {
     let scalar = |name: &str| {
         GenerateError::validation(format!("{name} should be a scalar for a single request."))
     };
@@ -614,11 +708,11 @@ fn single_rows(f: &Fields<'_>, kind: InputKind) -> Result<Vec<Row>, GenerateErro
         Some(OneOrList::One(s)) => Ok(s.map(str::to_owned)),
         Some(OneOrList::List(_)) => Err(scalar(name)),
     };
-    let ids = match (kind, &f.input_ids) {
-        (InputKind::Ids | InputKind::Text { with_ids: true }, Some(TokenLists::Flat(v))) => {
-            Some(v.clone())
+    let ids = match (kind, &mut f.input_ids) {
+        (InputKind::Ids | InputKind::Text { with_ids: true }, Some(IdLists::Flat(v))) => {
+            Some(std::mem::take(v))
         }
-        (InputKind::Text { with_ids: true }, Some(TokenLists::Nested(_))) => {
+        (InputKind::Text { with_ids: true }, Some(IdLists::Nested(_))) => {
             return Err(GenerateError::validation(
                 "input_ids should be a flat list of integers for a single text request.",
             ));
@@ -644,7 +738,7 @@ fn single_rows(f: &Fields<'_>, kind: InputKind) -> Result<Vec<Row>, GenerateErro
 
 /// `_normalize_batch_inputs` (with `num = batch_size * n`).
 fn batch_rows(
-    f: &Fields<'_>,
+    f: &mut Fields<'_>,
     kind: InputKind,
     batch_size: usize,
     n: usize,
@@ -656,14 +750,15 @@ fn batch_rows(
         ))
     };
     // _expand_inputs
-    let mut ids: Option<Vec<Vec<i64>>> = match (kind, &f.input_ids) {
+    let single_text = matches!(f.text, Some(OneOrList::One(_)));
+    let mut ids: Option<Vec<PromptIds>> = match (kind, &mut f.input_ids) {
         (InputKind::Embeds, _) | (InputKind::Text { with_ids: false }, _) | (_, None) => None,
-        (_, Some(TokenLists::Nested(rows))) => Some(rows.clone()),
+        (_, Some(IdLists::Nested(rows))) => Some(std::mem::take(rows)),
         // A single prompt fanned out by `n > 1` becomes a batch of one.
-        (InputKind::Ids, Some(TokenLists::Flat(v))) => Some(vec![v.clone()]),
-        (InputKind::Text { .. }, Some(TokenLists::Flat(v))) => {
-            if batch_size == 1 && matches!(f.text, Some(OneOrList::One(_))) {
-                Some(vec![v.clone()])
+        (InputKind::Ids, Some(IdLists::Flat(v))) => Some(vec![std::mem::take(v)]),
+        (InputKind::Text { .. }, Some(IdLists::Flat(v))) => {
+            if batch_size == 1 && single_text {
+                Some(vec![std::mem::take(v)])
             } else {
                 return Err(invalid(
                     "input_ids should be a list of lists for batch processing.".to_owned(),

@@ -83,12 +83,14 @@ fn check(body: &Value, headers: &HeaderMap, reads: &[&str], source: &str) -> &'s
             let single =
                 p.subs.len() == 1 && body["input_ids"].get(0).is_some_and(Value::is_number);
             if single {
-                // Lossless: the native body re-serializes to exactly what the client sent.
-                assert_eq!(
-                    serde_json::to_string(&p.subs[0].request.native.body).unwrap(),
-                    text,
-                    "{source}"
-                );
+                // Lossless: the native body, with the typed ids in its `input_ids`
+                // placeholder, re-serializes to exactly what the client sent.
+                let r = &p.subs[0].request;
+                let mut native = r.native.body.clone();
+                if native.get("input_ids").is_some_and(Value::is_null) {
+                    native["input_ids"] = serde_json::json!(r.token_ids);
+                }
+                assert_eq!(serde_json::to_string(&native).unwrap(), text, "{source}");
             }
             if let Some(rid) = body.get("rid").and_then(Value::as_str) {
                 assert_eq!(p.client_id.as_deref(), Some(rid), "{source}");

@@ -231,8 +231,10 @@ fn single_request_projection() {
     assert_eq!(r.routing.session_id.as_deref(), Some("sess"));
     assert_eq!(r.routing.dp_rank, Some(2));
     assert_eq!(r.native.format, "sglang");
-    // The native body is the client's object, byte-exact when re-serialized.
-    assert_eq!(serde_json::to_string(&r.native.body).unwrap(), body);
+    // The native body is the client's object, byte-exact when re-serialized with the typed ids
+    // in its `input_ids: null` placeholder (the ids are held once, in `token_ids`).
+    assert_eq!(r.native.body["input_ids"], Value::Null);
+    assert_eq!(serde_json::to_string(&with_ids(r)).unwrap(), body);
     // Without a client rid, the abort key is the fresh uuid4 hex SGLang would mint.
     assert_eq!(sub.abort_key.len(), 32);
     assert!(sub.abort_key.chars().all(|c| c.is_ascii_hexdigit()));
@@ -297,7 +299,7 @@ fn unknown_keys_and_big_rooms_survive_byte_exact() {
     let body = r#"{"zeta":{"nested":[1,2.5,null,"x"]},"rid":"5d7a_D","input_ids":[146,746],"sampling_params":{"temperature":1.0,"top_p":1.0,"top_k":-1,"repetition_penalty":1.0,"max_new_tokens":2048,"future_sampling_field":{"a":1}},"return_logprob":true,"image_data":null,"beta":5731906216386620393,"alpha":18446744073709551615,"return_indexer_topk":false}"#;
     let p = prepared(body);
     let r = &p.subs[0].request;
-    assert_eq!(serde_json::to_string(&r.native.body).unwrap(), body);
+    assert_eq!(serde_json::to_string(&with_ids(r)).unwrap(), body);
     assert_eq!(
         r.native.body["beta"].as_u64(),
         Some(5_731_906_216_386_620_393)
@@ -362,11 +364,11 @@ fn batch_with_rid_list_str_and_none() {
     assert_eq!(a.routing.lora.as_deref(), Some("l0"));
     assert_eq!(b.routing.lora, None);
     assert_eq!(
-        serde_json::to_string(&a.native.body).unwrap(),
+        serde_json::to_string(&with_ids(a)).unwrap(),
         r#"{"input_ids":[1,2],"rid":"r-a","sampling_params":{"max_new_tokens":4},"return_logprob":true,"lora_path":"l0","bootstrap_room":null,"keep":{"k":1},"image_data":null,"stream":true}"#
     );
     assert_eq!(
-        serde_json::to_string(&b.native.body).unwrap(),
+        serde_json::to_string(&with_ids(b)).unwrap(),
         r#"{"input_ids":[3],"rid":"r-b","sampling_params":{"max_new_tokens":5,"x":1},"return_logprob":false,"lora_path":null,"bootstrap_room":null,"keep":{"k":1},"image_data":null,"stream":true}"#
     );
 
@@ -401,7 +403,7 @@ fn parallel_sampling_fans_out_batch_major() {
             s.request.native.body["rid"].as_str(),
             Some(s.abort_key.as_str())
         );
-        assert_eq!(s.request.native.body["input_ids"], json!([5, 6]));
+        assert_eq!(with_ids(&s.request)["input_ids"], json!([5, 6]));
     }
     let p = prepared(r#"{"input_ids":[[1],[2]],"sampling_params":{"n":2},"return_logprob":true}"#);
     let prompts: Vec<Vec<u32>> = p.subs.iter().map(|s| s.request.token_ids.clone()).collect();
@@ -512,4 +514,14 @@ fn router_owned_bootstrap_fields_are_refused() {
     // `disagg_prefill_dp_rank`).
     let p = prepared(r#"{"input_ids":[1],"disagg_prefill_dp_rank":1,"bootstrap_pair_key":"k"}"#);
     assert_eq!(p.subs[0].request.native.body["disagg_prefill_dp_rank"], 1);
+}
+
+/// The native body with the typed ids written into its `input_ids` placeholder, as the SGLang
+/// engine client sends it.
+fn with_ids(r: &genfront_protocol::EngineRequest) -> Value {
+    let mut body = r.native.body.clone();
+    if body.get("input_ids").is_some_and(Value::is_null) {
+        body["input_ids"] = json!(r.token_ids);
+    }
+    body
 }
