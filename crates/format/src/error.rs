@@ -138,6 +138,8 @@ impl GenerateError {
             GenerateError::NotFound { .. } => "not_found",
             GenerateError::PayloadTooLarge { .. } => "payload_too_large",
             GenerateError::Http { status, .. } => match status.as_u16() {
+                401 => "unauthorized",
+                403 => "forbidden",
                 408 => "request_timeout",
                 415 => "unsupported_media_type",
                 _ => "bad_request",

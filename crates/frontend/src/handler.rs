@@ -20,6 +20,7 @@ use http::{HeaderMap, HeaderName, StatusCode};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::{Caller, Need, Refusal};
 use crate::registry::Registration;
 use crate::sse::SseBody;
 use crate::track::Tracker;
@@ -215,6 +216,41 @@ fn is_json_media_type(value: &str) -> bool {
     }
 }
 
+/// The caller of a route that needs `need`, or the refusal to answer: a 401 (with
+/// `WWW-Authenticate: Bearer`) or 403 in `format`'s native envelope, counted in
+/// `genfront_auth_refusals_total{route}`. Without keys configured everyone passes (see
+/// [`crate::auth`]).
+pub(crate) fn authorize(
+    state: &AppState,
+    headers: &HeaderMap,
+    need: Need,
+    format: &dyn GenerateFormat,
+    route: &str,
+) -> Result<Caller, Box<Response>> {
+    state
+        .config
+        .api_keys
+        .check(headers, need)
+        .map_err(|refusal| Box::new(refuse(state, format, route, refusal)))
+}
+
+fn refuse(
+    state: &AppState,
+    format: &dyn GenerateFormat,
+    route: &str,
+    refusal: Refusal,
+) -> Response {
+    state.metrics.auth_refused(route);
+    let mut resp = error(format, &refusal.error(), false, retry_after_secs(state));
+    if refusal == Refusal::Unauthenticated {
+        resp.headers_mut().insert(
+            http::header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer"),
+        );
+    }
+    resp
+}
+
 /// Serve one generate request with `format` on `route`.
 pub(crate) async fn generate(
     state: Arc<AppState>,
@@ -223,7 +259,15 @@ pub(crate) async fn generate(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let mut tracker = Tracker::start(state.clone(), route, format.name());
+    let mut tracker = Tracker::start(state.clone(), route.clone(), format.name());
+    // Authentication first: a client without a key learns nothing else about the server.
+    let caller = match authorize(&state, &headers, Need::ApiKey, &*format, &route) {
+        Ok(c) => c,
+        Err(resp) => {
+            tracker.complete(resp.status().as_u16(), "unauthorized");
+            return *resp;
+        }
+    };
     if let Err(e) = check_headers(&state, &headers) {
         return reject(&state, &mut tracker, &*format, &e, false);
     }
@@ -300,7 +344,7 @@ pub(crate) async fn generate(
         pinned: header_str(&headers, &X_GENFRONT_WORKER),
         pd_merge: format.pd_merge(),
     };
-    dispatch(state, format, prepared, ctx, permit, tracker).await
+    dispatch(state, format, prepared, ctx, permit, tracker, caller.owner).await
 }
 
 /// The 503 for a request no worker can take, naming the missing role when it is a P/D role.
@@ -335,6 +379,7 @@ async fn dispatch(
     ctx: RouteContext,
     permit: Option<OwnedSemaphorePermit>,
     mut tracker: Tracker,
+    owner: u32,
 ) -> Response {
     let Prepared {
         client_id,
@@ -408,7 +453,7 @@ async fn dispatch(
         registrations.push(
             state
                 .in_flight
-                .register(format.name(), sub.abort_key, token),
+                .register(format.name(), owner, sub.abort_key, token),
         );
         streams.push(dispatched.stream.map(move |item| (i, item)).boxed());
     }
@@ -464,6 +509,7 @@ async fn dispatch(
             let err = crate::caps::answer_too_large(r.body.len(), max_answer);
             drop(r);
             reject(&state, &mut guard.tracker, &*format, &err, false)
+        }
         Ok(r) => {
             let resp = native(r);
             guard.tracker.complete(resp.status().as_u16(), "");
@@ -502,8 +548,19 @@ fn with_worker(mut resp: Response, worker: Option<HeaderValue>) -> Response {
     resp
 }
 
+/// Abort bodies at least this large are parsed on the blocking pool, so a huge id list (a 1M-id
+/// vLLM abort is ~50 MB of JSON) never occupies a runtime worker other requests need.
+const BLOCKING_PARSE_BYTES: usize = 256 * 1024;
+
 /// Serve a format's native abort endpoint: cancel every in-flight request it selects, then answer
 /// 200 with an empty body (both SGLang and vLLM do).
+///
+/// Before the selector is applied: the API key (any key; see [`crate::auth`]), the header checks
+/// of [`check_headers`] with one more rule, **the body must say it is JSON** (`Content-Type`
+/// absent is a 415 here too: a browser can send a cross-origin `text/plain`, form or
+/// body-without-type POST without a CORS preflight, never an `application/json` one), and at most
+/// `--max-abort-ids` ids (a native 400 naming the flag). With keys, a tenant's abort reaches only
+/// its own requests, and `abort_all` needs the admin key (403).
 pub(crate) async fn abort(
     state: Arc<AppState>,
     format: Arc<dyn GenerateFormat>,
@@ -511,35 +568,99 @@ pub(crate) async fn abort(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    let retry = retry_after_secs(&state);
+    let caller = match authorize(&state, &headers, Need::ApiKey, &*format, route.path) {
+        Ok(c) => c,
+        Err(resp) => return *resp,
+    };
     if let Err(e) = check_headers(&state, &headers) {
-        return error(&*format, &e, false, retry_after_secs(&state));
+        return error(&*format, &e, false, retry);
+    }
+    if !headers.contains_key(CONTENT_TYPE) {
+        state.metrics.limits().hit("content_type");
+        let e = GenerateError::Http {
+            status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            message: "An abort body must be sent as JSON (Content-Type: application/json)."
+                .to_owned(),
+        };
+        return error(&*format, &e, false, retry);
     }
     let body = match read_body(&state, body).await {
         Ok(b) => b,
-        Err(e) => return error(&*format, &e, false, retry_after_secs(&state)),
+        Err(e) => return error(&*format, &e, false, retry),
     };
-    match (route.parse)(&body) {
-        Ok(selector) => {
-            let n = state.in_flight.abort(format.name(), &selector);
-            state
-                .metrics
-                .engine_aborts(format.name(), "abort_request", n as u64);
-            // The selector can be huge (100k ids, a 200 kB rid): only its kind at INFO.
-            let what = match &selector {
-                AbortSelector::All => "all",
-                AbortSelector::Nothing => "nothing",
-                AbortSelector::Prefix(_) => "prefix",
-                AbortSelector::Exact(_) => "ids",
-            };
-            tracing::info!(
-                format = format.name(),
-                selector = what,
-                aborted = n,
-                "abort request"
-            );
-            tracing::debug!(format = format.name(), ?selector, "abort selector");
-            StatusCode::OK.into_response()
+    let parse = route.parse;
+    let parsed = if body.len() >= BLOCKING_PARSE_BYTES {
+        match tokio::task::spawn_blocking(move || parse(&body)).await {
+            Ok(r) => r,
+            Err(e) => Err(GenerateError::Internal(format!("abort parse failed: {e}"))),
         }
-        Err(e) => error(&*format, &e, false, retry_after_secs(&state)),
+    } else {
+        parse(&body)
+    };
+    let selector = match parsed {
+        Ok(s) => s,
+        Err(e) => return error(&*format, &e, false, retry),
+    };
+    if let AbortSelector::Exact(ids) = &selector
+        && ids.len() > state.config.max_abort_ids
+    {
+        state.metrics.limits().hit("max_abort_ids");
+        let e = GenerateError::validation(format!(
+            "The abort names {} request ids; this server accepts at most {} per call (--max-abort-ids).",
+            ids.len(),
+            state.config.max_abort_ids
+        ));
+        let n = ids.len();
+        // Freeing a million strings is not free either: off the runtime.
+        if n > ABORT_FREE_OFFLOAD {
+            tokio::task::spawn_blocking(move || drop(selector));
+        }
+        return error(&*format, &e, false, retry);
     }
+    if matches!(selector, AbortSelector::All) && !caller.admin {
+        return refuse(&state, &*format, route.path, Refusal::Forbidden);
+    }
+    let scope = caller.abort_scope();
+    let fmt = format.name();
+    let (selector, n) = if matches!(&selector, AbortSelector::Exact(ids) if ids.len() > ABORT_FREE_OFFLOAD)
+    {
+        // Chunked lookups (see `InFlight::abort`) on the blocking pool.
+        let in_flight = state.in_flight.clone();
+        match tokio::task::spawn_blocking(move || {
+            let n = in_flight.abort(fmt, scope, &selector);
+            (AbortSelector::Nothing, n)
+        })
+        .await
+        {
+            Ok((_, n)) => (None, n),
+            Err(e) => {
+                let e = GenerateError::Internal(format!("abort failed: {e}"));
+                return error(&*format, &e, false, retry);
+            }
+        }
+    } else {
+        let n = state.in_flight.abort(fmt, scope, &selector);
+        (Some(selector), n)
+    };
+    state.metrics.engine_aborts(fmt, "abort_request", n as u64);
+    // The selector can be huge (100k ids, a 200 kB rid): only its kind at INFO.
+    let what = match &selector {
+        Some(AbortSelector::All) => "all",
+        Some(AbortSelector::Nothing) => "nothing",
+        Some(AbortSelector::Prefix(_)) => "prefix",
+        Some(AbortSelector::Exact(_)) | None => "ids",
+    };
+    tracing::info!(
+        format = fmt,
+        selector = what,
+        owner = caller.owner,
+        aborted = n,
+        "abort request"
+    );
+    tracing::debug!(format = fmt, ?selector, "abort selector");
+    StatusCode::OK.into_response()
 }
+
+/// Exact-id aborts with more ids than this are applied (and freed) on the blocking pool.
+const ABORT_FREE_OFFLOAD: usize = 4 * crate::registry::ABORT_CHUNK;

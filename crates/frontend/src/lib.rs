@@ -28,6 +28,7 @@
 //!
 //! Start at [`app`] and [`generate`](handler).
 
+mod auth;
 mod caps;
 mod handler;
 mod ids;
@@ -40,8 +41,13 @@ mod track;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use auth::{ApiKeys, AuthLabels, Caller, Need, Refusal, SecretKey};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, get, on};
+pub use caps::{
+    DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_LOGPROB_ENTRIES, DEFAULT_MAX_LOGPROB_TOKEN_IDS,
+    DEFAULT_MAX_STREAM_BYTES, DEFAULT_MAX_TOP_LOGPROBS,
+};
 use futures::StreamExt;
 use genfront_format::{AuxKind, Route};
 use genfront_protocol::{EngineRequest, SamplingOptions, StopConditions};
@@ -49,19 +55,22 @@ use genfront_router::RouteContext;
 pub use genfront_router::Router;
 use http::StatusCode;
 use http::header::{CONTENT_TYPE, HeaderValue};
-pub use caps::{
-    DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_LOGPROB_ENTRIES, DEFAULT_MAX_LOGPROB_TOKEN_IDS,
-    DEFAULT_MAX_STREAM_BYTES, DEFAULT_MAX_TOP_LOGPROBS,
-};
 pub use ids::mint_request_id;
 pub use metrics::{LimitLabels, LimitMetrics, Metrics};
-pub use registry::InFlight;
+pub use registry::{ABORT_CHUNK, AbortScope, InFlight};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 pub use trace::{TRACE_CHANNEL_CAPACITY, TraceEngineRequest, TraceRecord, TraceSink, prompt_hash};
 
 /// Default request body limit: 64 MiB.
 pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024 * 1024;
+
+/// Default `--max-abort-ids`: most ids one abort call may name.
+pub const DEFAULT_MAX_ABORT_IDS: usize = 100_000;
+
+/// How long a `/health_generate` result is reused (concurrent and later callers within it share
+/// one engine generation).
+pub const PROBE_CACHE_TTL: Duration = Duration::from_secs(1);
 
 /// Default limit of request line + headers: 64 KiB.
 pub const DEFAULT_MAX_HEADER_BYTES: usize = 64 * 1024;
@@ -102,6 +111,11 @@ pub struct FrontendConfig {
     /// Most bytes of one SSE response (`--max-stream-bytes`); beyond it the stream ends with the
     /// format's error event and the engine work is aborted.
     pub max_stream_bytes: u64,
+    /// Most ids one abort call may name (`--max-abort-ids`); beyond it a native 400 naming the
+    /// flag, counted as `genfront_limit_hits_total{limit="max_abort_ids"}`.
+    pub max_abort_ids: usize,
+    /// API keys (`--api-key`, `--admin-api-key`); none: every route open (see [`ApiKeys`]).
+    pub api_keys: ApiKeys,
 }
 
 impl Default for FrontendConfig {
@@ -119,6 +133,8 @@ impl Default for FrontendConfig {
             max_logprob_entries: DEFAULT_MAX_LOGPROB_ENTRIES,
             max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
             max_stream_bytes: DEFAULT_MAX_STREAM_BYTES,
+            max_abort_ids: DEFAULT_MAX_ABORT_IDS,
+            api_keys: ApiKeys::default(),
         }
     }
 }
@@ -218,6 +234,30 @@ async fn metrics_text(state: Arc<AppState>) -> Response {
     r
 }
 
+/// The last `/health_generate` result of one format, behind an async lock: one probe in flight
+/// per format, its result reused for [`PROBE_CACHE_TTL`].
+#[derive(Debug, Default)]
+struct ProbeCache(tokio::sync::Mutex<Option<(std::time::Instant, StatusCode)>>);
+
+/// `/health_generate`: a real one-token generation ([`generate_probe`]) at most once per
+/// [`PROBE_CACHE_TTL`] per format. Callers arriving while a probe runs wait for it (the lock is
+/// fair) and share its result, so a flood of probes is at most one engine request a second.
+async fn cached_probe(
+    state: Arc<AppState>,
+    format: &'static str,
+    cache: Arc<ProbeCache>,
+) -> Response {
+    let mut slot = cache.0.lock().await;
+    if let Some((at, status)) = *slot
+        && at.elapsed() < PROBE_CACHE_TTL
+    {
+        return status.into_response();
+    }
+    let status = generate_probe(state, format).await.status();
+    *slot = Some((std::time::Instant::now(), status));
+    status.into_response()
+}
+
 /// One-token generation on a worker the router picks; 200 when a token (or a finish) arrives
 /// within the probe timeout, 503 otherwise.
 async fn generate_probe(state: Arc<AppState>, format: &'static str) -> Response {
@@ -251,7 +291,9 @@ async fn generate_probe(state: Arc<AppState>, format: &'static str) -> Response 
 }
 
 /// Build the router: every resolved generate route, each format's abort and auxiliary routes,
-/// `GET /health` (process up), `GET /ready` (an engine is ready) and `GET /metrics`.
+/// `GET /health` (process up), `GET /ready` (an engine is ready) and `GET /metrics`. Which
+/// routes need which API key is in [`auth`] (`auth.rs`); with no keys configured every route is
+/// open.
 pub fn app(state: Arc<AppState>, routes: &[Route]) -> axum::Router {
     let st = state.clone();
     let st2 = state.clone();
@@ -296,12 +338,19 @@ pub fn app(state: Arc<AppState>, routes: &[Route]) -> axum::Router {
             aux_paths.push(aux.path);
             let st = state.clone();
             let name = route.format.name();
+            let fmt = route.format.clone();
             router = match aux.kind {
                 AuxKind::ModelInfo(render) => router.route(
                     aux.path,
-                    get(move || {
+                    get(move |headers: http::HeaderMap| {
                         let st = st.clone();
+                        let fmt = fmt.clone();
                         async move {
+                            if let Err(refused) =
+                                handler::authorize(&st, &headers, Need::ApiKey, &*fmt, aux.path)
+                            {
+                                return *refused;
+                            }
                             let Some(facts) = st.router.facts_for(name) else {
                                 return json_detail(
                                     StatusCode::SERVICE_UNAVAILABLE,
@@ -317,7 +366,11 @@ pub fn app(state: Arc<AppState>, routes: &[Route]) -> axum::Router {
                     }),
                 ),
                 AuxKind::GenerateProbe => {
-                    router.route(aux.path, get(move || generate_probe(st.clone(), name)))
+                    let cache = Arc::new(ProbeCache::default());
+                    router.route(
+                        aux.path,
+                        get(move || cached_probe(st.clone(), name, cache.clone())),
+                    )
                 }
             };
         }

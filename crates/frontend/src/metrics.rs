@@ -45,7 +45,6 @@ pub struct LimitLabels {
     /// `max_concurrent_requests`, `engine_first_byte_timeout`, `engine_idle_timeout`, the output
     /// caps `max_top_logprobs`, `max_logprob_token_ids`, `max_logprob_entries`, `max_answer_bytes`, `max_stream_bytes`; and the
     /// strict-HTTP rules `host_required`, `content_type`, `content_encoding`, `max_header_bytes`.
-    /// strict-HTTP rules `host_required`, `content_type`, `content_encoding`, `max_header_bytes`.
     pub limit: String,
 }
 
@@ -107,6 +106,7 @@ pub struct Metrics {
     engine_aborts: Family<AbortLabels, Counter>,
     trace_dropped: Counter,
     limits: LimitMetrics,
+    auth_refusals: Family<crate::auth::AuthLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -223,7 +223,14 @@ impl Metrics {
             "Client connections being served now (capped by --max-connections)",
             limits.connections.clone(),
         );
+        let auth_refusals = Family::<crate::auth::AuthLabels, Counter>::default();
+        registry.register(
+            "auth_refusals",
+            "Requests refused for a missing, wrong or insufficient API key (401/403), by route",
+            auth_refusals.clone(),
+        );
         Self {
+            auth_refusals,
             registry,
             requests,
             in_flight,
@@ -238,6 +245,15 @@ impl Metrics {
             trace_dropped,
             limits,
         }
+    }
+
+    /// Count one refusal on `route` (`genfront_auth_refusals_total{route}`).
+    pub fn auth_refused(&self, route: &str) {
+        self.auth_refusals
+            .get_or_create(&crate::auth::AuthLabels {
+                route: route.to_owned(),
+            })
+            .inc();
     }
 
     /// The limit counters.

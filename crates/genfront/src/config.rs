@@ -45,9 +45,73 @@ pub enum Command {
 /// `genfront serve` flags.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// Address to listen on.
-    #[arg(long, env = "GENFRONT_HOST", default_value_t = IpAddr::V4(Ipv4Addr::UNSPECIFIED), help_heading = "Listener")]
+    /// Address to listen on. Loopback by default: give `--host 0.0.0.0` (with `--api-key` and
+    /// `--tls-cert`/`--tls-key`) to serve other machines; a non-loopback address without API
+    /// keys is served with a loud start-up warning.
+    #[arg(long, env = "GENFRONT_HOST", default_value_t = IpAddr::V4(Ipv4Addr::LOCALHOST), help_heading = "Listener")]
     pub host: IpAddr,
+    /// TLS certificate chain (PEM) for the listener; with `--tls-key`, genfront serves HTTPS
+    /// (HTTP/1.1 and HTTP/2 via ALPN) instead of plain HTTP.
+    #[arg(
+        long,
+        env = "GENFRONT_TLS_CERT",
+        requires = "tls_key",
+        help_heading = "Security"
+    )]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM: PKCS#8, PKCS#1 or SEC1) of `--tls-cert`.
+    #[arg(
+        long,
+        env = "GENFRONT_TLS_KEY",
+        requires = "tls_cert",
+        help_heading = "Security"
+    )]
+    pub tls_key: Option<PathBuf>,
+    /// A tenant API key for the generate, abort and server-info routes (`Authorization: Bearer
+    /// KEY`); repeat for several tenants (a tenant aborts only its own requests). In the
+    /// environment: comma-separated. With no key at all every route is open (the engines' rule).
+    #[arg(
+        long = "api-key",
+        env = "GENFRONT_API_KEY",
+        value_delimiter = ',',
+        hide_env_values = true,
+        help_heading = "Security"
+    )]
+    pub api_keys: Vec<genfront_frontend::SecretKey>,
+    /// A file of tenant API keys, one per line (blank lines and `#` comments skipped), in
+    /// addition to `--api-key`.
+    #[arg(long, env = "GENFRONT_API_KEY_FILE", help_heading = "Security")]
+    pub api_key_file: Option<PathBuf>,
+    /// An admin API key: everything a tenant key may do, plus `abort_all` and aborting any
+    /// tenant's requests. Repeatable; comma-separated in the environment.
+    #[arg(
+        long = "admin-api-key",
+        env = "GENFRONT_ADMIN_API_KEY",
+        value_delimiter = ',',
+        hide_env_values = true,
+        help_heading = "Security"
+    )]
+    pub admin_api_keys: Vec<genfront_frontend::SecretKey>,
+    /// CA certificates (PEM) to trust for `grpcs://` workers (TLS sidecars).
+    #[arg(long, env = "GENFRONT_WORKER_TLS_CA", help_heading = "Security")]
+    pub worker_tls_ca: Option<PathBuf>,
+    /// Client certificate (PEM) genfront presents to `grpcs://` workers that require mTLS
+    /// (`sidecar --tls-client-ca`); with `--worker-tls-key`.
+    #[arg(
+        long,
+        env = "GENFRONT_WORKER_TLS_CERT",
+        requires = "worker_tls_key",
+        help_heading = "Security"
+    )]
+    pub worker_tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of `--worker-tls-cert`.
+    #[arg(
+        long,
+        env = "GENFRONT_WORKER_TLS_KEY",
+        requires = "worker_tls_cert",
+        help_heading = "Security"
+    )]
+    pub worker_tls_key: Option<PathBuf>,
     /// Port to listen on.
     #[arg(
         long,
@@ -264,6 +328,15 @@ pub struct ServeArgs {
     /// is aborted.
     #[arg(long, env = "GENFRONT_MAX_STREAM_BYTES", default_value = "1GiB", value_parser = parse_byte_size, help_heading = "Limits")]
     pub max_stream_bytes: usize,
+    /// Most request ids one abort call may name (vLLM's id list); beyond it a native 400 naming
+    /// this flag.
+    #[arg(
+        long,
+        env = "GENFRONT_MAX_ABORT_IDS",
+        default_value_t = genfront_frontend::DEFAULT_MAX_ABORT_IDS,
+        help_heading = "Limits"
+    )]
+    pub max_abort_ids: usize,
     /// Maximum concurrent generate requests (503 with Retry-After beyond it); unlimited if unset.
     #[arg(
         long,
@@ -501,6 +574,30 @@ impl ServeArgs {
         }
     }
 
+    /// The API keys of `--api-key`, `--api-key-file` and `--admin-api-key`.
+    ///
+    /// # Errors
+    /// The keys file cannot be read, or a key is empty or given twice.
+    pub fn api_keys(&self) -> anyhow::Result<genfront_frontend::ApiKeys> {
+        let mut tenants: Vec<String> = self
+            .api_keys
+            .iter()
+            .map(|k| k.expose().to_owned())
+            .collect();
+        if let Some(path) = &self.api_key_file {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                anyhow::anyhow!("cannot read --api-key-file {}: {e}", path.display())
+            })?;
+            tenants.extend(genfront_frontend::ApiKeys::parse_file(&text));
+        }
+        let admins: Vec<String> = self
+            .admin_api_keys
+            .iter()
+            .map(|k| k.expose().to_owned())
+            .collect();
+        genfront_frontend::ApiKeys::new(&tenants, &admins).map_err(|e| anyhow::anyhow!(e))
+    }
+
     /// Frontend limits.
     pub fn frontend_config(&self) -> FrontendConfig {
         FrontendConfig {
@@ -514,6 +611,7 @@ impl ServeArgs {
             max_logprob_entries: self.max_logprob_entries,
             max_answer_bytes: self.max_answer_bytes,
             max_stream_bytes: self.max_stream_bytes as u64,
+            max_abort_ids: self.max_abort_ids,
             ..FrontendConfig::default()
         }
     }
@@ -611,9 +709,25 @@ pub struct SidecarArgs {
     /// in-process mock engine with the `--mock-*` settings).
     #[arg(long, env = "GENFRONT_SIDECAR_ENGINE")]
     pub engine: SidecarEngine,
-    /// gRPC listen address.
-    #[arg(long, env = "GENFRONT_SIDECAR_LISTEN", default_value = "0.0.0.0:50051")]
+    /// gRPC listen address. Loopback by default; a non-loopback address without
+    /// `--tls-client-ca` (mTLS: only frontends with a certificate from that CA may call) is
+    /// served with a loud start-up warning, since anyone who reaches it can generate.
+    #[arg(
+        long,
+        env = "GENFRONT_SIDECAR_LISTEN",
+        default_value = "127.0.0.1:50051"
+    )]
     pub listen: SocketAddr,
+    /// TLS certificate chain (PEM): serve gRPC over TLS (frontends use `grpcs://`).
+    #[arg(long, env = "GENFRONT_SIDECAR_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM) of `--tls-cert`.
+    #[arg(long, env = "GENFRONT_SIDECAR_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// CA certificates (PEM): require every client to present a certificate signed by one
+    /// (mTLS). Needs `--tls-cert`.
+    #[arg(long, env = "GENFRONT_SIDECAR_TLS_CLIENT_CA", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
     /// With `--engine mock`: no mock delays.
     #[arg(long, env = "GENFRONT_SIDECAR_MOCK_ZERO_DELAY", value_parser = BoolishValueParser::new(), num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
     pub mock_zero_delay: bool,

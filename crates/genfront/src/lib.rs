@@ -8,6 +8,7 @@
 mod catalog;
 mod config;
 pub mod serving;
+pub mod tls;
 mod workers;
 
 use std::net::SocketAddr;
@@ -57,10 +58,18 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                 "connection limit"
             );
             let addr = SocketAddr::new(args.host, args.port);
+            let tls = match (&args.tls_cert, &args.tls_key) {
+                (Some(cert), Some(key)) => Some(tls::server_config(cert, key)?),
+                _ => None,
+            };
+            warn_open_access(&server.state.config.api_keys, addr, tls.is_some());
             let listener = bind(addr)?;
             let shutdown = CancellationToken::new();
             tokio::spawn(watch_signals(shutdown.clone()));
-            server.serve(listener, shutdown).await
+            match tls {
+                Some(config) => server.serve_tls(listener, config, shutdown).await,
+                None => server.serve(listener, shutdown).await,
+            }
         }),
         Command::Mocker(args) => rt.block_on(async move {
             let addr = args.addr();
@@ -84,11 +93,22 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                 }
                 SidecarEngine::Worker(spec) => spec.connect().await?,
             };
+            let tls = sidecar_tls(&args)?;
+            if !args.listen.ip().is_loopback() && args.tls_client_ca.is_none() {
+                tracing::warn!(
+                    address = %args.listen,
+                    "SIDECAR OPEN TO THE NETWORK: no --tls-client-ca, so anyone who can reach this address can run generations on the engine; require client certificates (mTLS) or bind loopback"
+                );
+            }
             let listener = bind(args.listen)?;
-            tracing::info!(address = %args.listen, engine = ?args.engine, "sidecar serving");
+            tracing::info!(address = %args.listen, engine = ?args.engine, tls = tls.is_some(), "sidecar serving");
             let shutdown = CancellationToken::new();
             tokio::spawn(watch_signals(shutdown.clone()));
-            genfront_sidecar::serve(engine, listener, shutdown).await?;
+            let mut server = genfront_sidecar::SidecarServer::new(engine);
+            if let Some(tls) = tls {
+                server = server.tls(tls);
+            }
+            server.serve(listener, shutdown).await?;
             Ok(())
         }),
         Command::Bench(args) => rt.block_on(async move {
@@ -164,6 +184,70 @@ async fn next_signal() -> (&'static str, i32) {
     }
 }
 
+/// Log how the server is protected: with API keys, which routes need them; without, that every
+/// route is open and anyone may abort anything (the engines' native rule), loudly when the
+/// listener is reachable from other machines.
+fn warn_open_access(keys: &genfront_frontend::ApiKeys, addr: SocketAddr, tls: bool) {
+    if keys.enabled() {
+        tracing::info!(
+            tenant_keys = keys.tenants(),
+            tls,
+            "API keys required on generate, abort and server-info routes; a tenant aborts only its own requests"
+        );
+        if !tls && !addr.ip().is_loopback() {
+            tracing::warn!(address = %addr, "API keys travel in clear text: serve with --tls-cert/--tls-key");
+        }
+        return;
+    }
+    tracing::warn!(
+        "no API keys (--api-key/--admin-api-key): every route is open and any client may abort any request, abort_all included (the engines' native rule)"
+    );
+    if !addr.ip().is_loopback() {
+        tracing::warn!(
+            address = %addr,
+            "LISTENING ON A NON-LOOPBACK ADDRESS WITHOUT API KEYS: anyone who can reach it can generate and abort every client's requests"
+        );
+    }
+}
+
+/// The sidecar's TLS from `--tls-cert`, `--tls-key` and `--tls-client-ca`.
+fn sidecar_tls(args: &SidecarArgs) -> anyhow::Result<Option<genfront_sidecar::ServerTls>> {
+    let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else {
+        return Ok(None);
+    };
+    let read = |p: &std::path::Path, flag: &str| {
+        std::fs::read(p).with_context(|| format!("cannot read {flag} {}", p.display()))
+    };
+    Ok(Some(genfront_sidecar::ServerTls {
+        cert_pem: read(cert, "--tls-cert")?,
+        key_pem: read(key, "--tls-key")?,
+        client_ca_pem: match &args.tls_client_ca {
+            Some(p) => Some(read(p, "--tls-client-ca")?),
+            None => None,
+        },
+    }))
+}
+
+/// The client TLS for `grpcs://` workers from `--worker-tls-ca`, `--worker-tls-cert` and
+/// `--worker-tls-key`, installed process-wide ([`genfront_sidecar::set_client_tls`]).
+fn install_worker_tls(args: &ServeArgs) -> anyhow::Result<()> {
+    let Some(ca) = &args.worker_tls_ca else {
+        return Ok(());
+    };
+    let read = |p: &std::path::Path, flag: &str| {
+        std::fs::read(p).with_context(|| format!("cannot read {flag} {}", p.display()))
+    };
+    let identity = match (&args.worker_tls_cert, &args.worker_tls_key) {
+        (Some(c), Some(k)) => Some((read(c, "--worker-tls-cert")?, read(k, "--worker-tls-key")?)),
+        _ => None,
+    };
+    genfront_sidecar::set_client_tls(genfront_sidecar::ClientTls {
+        ca_pem: read(ca, "--worker-tls-ca")?,
+        identity,
+    });
+    Ok(())
+}
+
 /// A configured frontend, ready to serve on a listener.
 #[derive(Debug)]
 pub struct Server {
@@ -186,6 +270,7 @@ impl Server {
     /// configuration, or a trace file that cannot be opened.
     pub async fn build(args: &ServeArgs) -> anyhow::Result<Self> {
         let routes = resolve_routes(&CATALOG, &args.route_config())?;
+        install_worker_tls(args)?;
         let mocks = args.mock_engines()?;
         let mock_prefill = args.mock_pd_engines(genfront_protocol::PdRole::Prefill)?;
         let mock_decode = args.mock_pd_engines(genfront_protocol::PdRole::Decode)?;
@@ -287,7 +372,9 @@ impl Server {
             ),
             None => None,
         };
-        let state = AppState::with_metrics(router, args.frontend_config(), metrics, trace);
+        let mut config = args.frontend_config();
+        config.api_keys = args.api_keys()?;
+        let state = AppState::with_metrics(router, config, metrics, trace);
         Ok(Self {
             state,
             routes,
@@ -366,6 +453,37 @@ impl Server {
         let metrics = self.state.metrics.limits().clone();
         serving::serve(
             serving::TcpAcceptor(listener),
+            app,
+            self.state.clone(),
+            self.conn_limits.clone(),
+            metrics,
+            self.shutdown_grace,
+            shutdown,
+        )
+        .await;
+        tracing::info!("genfront stopped");
+        Ok(())
+    }
+
+    /// As [`Server::serve`], over TLS with `config` (see [`tls`]).
+    ///
+    /// # Errors
+    /// None today (handshake failures are per connection and logged at debug).
+    pub async fn serve_tls(
+        self,
+        listener: TcpListener,
+        config: Arc<rustls::ServerConfig>,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<()> {
+        let address = listener
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        tracing::info!(address = %address, workers = self.state.router.workers().len(), "genfront serving over TLS");
+        let app = self.router();
+        let metrics = self.state.metrics.limits().clone();
+        serving::serve(
+            tls::TlsAcceptor::new(serving::TcpAcceptor(listener), config),
             app,
             self.state.clone(),
             self.conn_limits.clone(),

@@ -51,7 +51,8 @@ pub enum WorkerSpec {
     Sglang(String, WorkerFacts),
     /// `vllm=http://host:port`: a vLLM server, reached through `/inference/v1/generate`.
     Vllm(String, WorkerFacts),
-    /// `grpc://host:port`: a genfront sidecar (it reports its engine's facts itself).
+    /// `grpc://host:port` (or `grpcs://host:port`, TLS with `--worker-tls-*`): a genfront
+    /// sidecar (it reports its engine's facts itself).
     Grpc(String),
 }
 
@@ -253,7 +254,7 @@ impl FromStr for WorkerSpec {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let s = s.trim();
-        if s.starts_with("grpc://") {
+        if s.starts_with("grpc://") || s.starts_with("grpcs://") {
             if s.contains('#') {
                 return Err(format!(
                     "invalid worker `{s}`: a sidecar reports its engine's facts; give `#…` facts to the sidecar's --engine"

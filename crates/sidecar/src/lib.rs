@@ -13,6 +13,11 @@
 //! - **The server** ([`SidecarServer`], [`serve`]) with the standard `grpc.health.v1` service
 //!   (SERVING while [`genfront_protocol::Engine::probe`] succeeds).
 //! - **The client** ([`RemoteEngine`]).
+//! - **TLS** (tonic's rustls, ring provider): [`SidecarServer::tls`] with [`ServerTls`] (and
+//!   client certificates required when `client_ca_pem` is set: mTLS); clients reach it as
+//!   `grpcs://host:port` with [`ClientTls`] ([`RemoteEngine::connect_with`], or process-wide via
+//!   [`set_client_tls`]). Without TLS the sidecar authenticates nobody: bind it to loopback or a
+//!   private network.
 //!
 //! **Cancellation crosses the hop**: dropping a [`RemoteEngine`] stream, or firing its
 //! cancellation token, resets the HTTP/2 stream; the server then drops the engine stream and fires
@@ -52,8 +57,8 @@ pub mod pb {
     tonic::include_proto!("genfront.sidecar.v1");
 }
 
-pub use remote::{CANCELLED_MESSAGE, RemoteEngine};
-pub use server::{ENGINE_SERVICE_NAME, ServeError, SidecarServer, serve};
+pub use remote::{CANCELLED_MESSAGE, ClientTls, RemoteEngine, set_client_tls};
+pub use server::{ENGINE_SERVICE_NAME, ServeError, ServerTls, SidecarServer, serve};
 pub use wire::WireError;
 
 /// Largest message either side sends or accepts (256 MiB): prompt logprobs and routed experts of

@@ -89,16 +89,26 @@ impl std::fmt::Debug for RemoteEngine {
 // === impl RemoteEngine ===
 
 impl RemoteEngine {
-    /// Connect to the sidecar at `uri` (`grpc://host:port`, `http://host:port` or `host:port`;
-    /// no TLS), fetch its [`EngineInfo`] and health, and start watching its health. Must be
+    /// Connect to the sidecar at `uri` (`grpc://host:port`, `http://host:port` or `host:port` in
+    /// clear text; `grpcs://host:port` over TLS with the [`set_client_tls`] settings), fetch its [`EngineInfo`] and health, and start watching its health. Must be
     /// called inside a tokio runtime.
     ///
     /// # Errors
-    /// [`ErrorKind::InvalidArgument`] for a malformed or `https` address;
+    /// [`ErrorKind::InvalidArgument`] for a malformed address, or a TLS one without client TLS;
     /// [`ErrorKind::Unavailable`] when the sidecar cannot be reached or does not answer within
     /// 10 s; the mapped gRPC status when the `Info` call fails.
     pub async fn connect(uri: &str) -> Result<Self, EngineError> {
-        let endpoint = endpoint(uri)?;
+        Self::connect_with(uri, None).await
+    }
+
+    /// As [`RemoteEngine::connect`], with `tls` for a `grpcs://` address instead of the
+    /// process-wide [`set_client_tls`].
+    ///
+    /// # Errors
+    /// As [`RemoteEngine::connect`]; a `grpcs://` address without any client TLS is
+    /// [`ErrorKind::InvalidArgument`].
+    pub async fn connect_with(uri: &str, tls: Option<&ClientTls>) -> Result<Self, EngineError> {
+        let endpoint = endpoint(uri, tls)?;
         let handshake = async {
             let channel = endpoint.connect().await.map_err(|e| {
                 EngineError::unavailable(format!("sidecar {uri}: cannot connect: {}", chain(&e)))
@@ -208,24 +218,70 @@ impl Engine for RemoteEngine {
     }
 }
 
-/// Build the channel endpoint for `uri`.
-fn endpoint(uri: &str) -> Result<Endpoint, EngineError> {
+/// Client TLS for `grpcs://` sidecars: the CA(s) to trust, PEM, and optionally the client
+/// certificate and key, PEM, to present to a sidecar that requires one (`--tls-client-ca`).
+#[derive(Clone)]
+pub struct ClientTls {
+    /// CA certificates, PEM, the sidecar's certificate must chain to.
+    pub ca_pem: Vec<u8>,
+    /// Client certificate chain and private key, PEM (mTLS).
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientTls")
+            .field("client_certificate", &self.identity.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+static CLIENT_TLS: std::sync::OnceLock<ClientTls> = std::sync::OnceLock::new();
+
+/// Set the process-wide client TLS that [`RemoteEngine::connect`] uses for `grpcs://` addresses
+/// (genfront sets it once at start-up from `--worker-tls-ca`, `--worker-tls-cert`,
+/// `--worker-tls-key`). Only the first call takes effect; returns whether this one did.
+pub fn set_client_tls(tls: ClientTls) -> bool {
+    CLIENT_TLS.set(tls).is_ok()
+}
+
+/// Build the channel endpoint for `uri`: `grpc://`, `http://` or a bare `host:port` in clear
+/// text; `grpcs://` or `https://` over TLS with `tls` (else the process-wide
+/// [`set_client_tls`]), which must then be set.
+fn endpoint(uri: &str, tls: Option<&ClientTls>) -> Result<Endpoint, EngineError> {
     let invalid = |reason: &str| {
         EngineError::invalid_argument(format!("invalid sidecar address `{uri}`: {reason}"))
     };
-    let http = if let Some(rest) = uri.strip_prefix("grpc://") {
-        format!("http://{rest}")
+    let (url, secure) = if let Some(rest) = uri.strip_prefix("grpc://") {
+        (format!("http://{rest}"), false)
+    } else if let Some(rest) = uri.strip_prefix("grpcs://") {
+        (format!("https://{rest}"), true)
     } else if uri.starts_with("http://") {
-        uri.to_owned()
+        (uri.to_owned(), false)
+    } else if uri.starts_with("https://") {
+        (uri.to_owned(), true)
     } else if uri.contains("://") {
         return Err(invalid(
-            "expected grpc://host:port or http://host:port (no TLS)",
+            "expected grpc://host:port, grpcs://host:port (TLS) or http(s)://host:port",
         ));
     } else {
-        format!("http://{uri}")
+        (format!("http://{uri}"), false)
     };
-    Ok(Endpoint::from_shared(http)
-        .map_err(|e| invalid(&chain(&e)))?
+    let mut endpoint = Endpoint::from_shared(url).map_err(|e| invalid(&chain(&e)))?;
+    if secure {
+        let Some(tls) = tls.or_else(|| CLIENT_TLS.get()) else {
+            return Err(invalid(
+                "a TLS sidecar needs the CA to trust (genfront serve --worker-tls-ca)",
+            ));
+        };
+        let mut cfg = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(&tls.ca_pem));
+        if let Some((cert, key)) = &tls.identity {
+            cfg = cfg.identity(tonic::transport::Identity::from_pem(cert, key));
+        }
+        endpoint = endpoint.tls_config(cfg).map_err(|e| invalid(&chain(&e)))?;
+    }
+    Ok(endpoint
         .connect_timeout(CONNECT_TIMEOUT)
         .tcp_nodelay(true)
         .http2_keep_alive_interval(KEEPALIVE)

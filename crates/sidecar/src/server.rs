@@ -30,7 +30,29 @@ pub enum ServeError {
     Transport(#[from] tonic::transport::Error),
 }
 
-/// Serves an [`Engine`] to remote frontends ([`crate::RemoteEngine`]) over gRPC (HTTP/2, no TLS).
+/// TLS for a sidecar ([`SidecarServer::tls`]): PEM bytes of its certificate chain and key, and
+/// optionally of the CA(s) whose client certificates it requires (mTLS: a frontend without one
+/// cannot even complete the handshake). tonic's rustls (ring) TLS.
+#[derive(Clone)]
+pub struct ServerTls {
+    /// Certificate chain, PEM.
+    pub cert_pem: Vec<u8>,
+    /// Private key, PEM.
+    pub key_pem: Vec<u8>,
+    /// CA certificates, PEM, that client certificates must chain to; `None`: no client auth.
+    pub client_ca_pem: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for ServerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerTls")
+            .field("mtls", &self.client_ca_pem.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Serves an [`Engine`] to remote frontends ([`crate::RemoteEngine`]) over gRPC (HTTP/2;
+/// over TLS, with optional client certificates, after [`SidecarServer::tls`]).
 ///
 /// Per request, the engine gets a fresh [`CancellationToken`] (a child of the shutdown token). The response stream owns the
 /// engine stream and is polled only as the client makes room (HTTP/2 flow control), so a slow
@@ -48,6 +70,7 @@ pub struct SidecarServer {
     health_poll_interval: Duration,
     drain_timeout: Duration,
     http2_keepalive: Duration,
+    tls: Option<ServerTls>,
 }
 
 impl std::fmt::Debug for SidecarServer {
@@ -57,6 +80,7 @@ impl std::fmt::Debug for SidecarServer {
             .field("health_poll_interval", &self.health_poll_interval)
             .field("drain_timeout", &self.drain_timeout)
             .field("http2_keepalive", &self.http2_keepalive)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -87,7 +111,15 @@ impl SidecarServer {
             health_poll_interval: Duration::from_secs(1),
             drain_timeout: Duration::from_secs(5),
             http2_keepalive: Duration::from_secs(10),
+            tls: None,
         }
+    }
+
+    /// Serve over TLS with `tls` (frontends connect with `grpcs://`).
+    #[must_use]
+    pub fn tls(mut self, tls: ServerTls) -> Self {
+        self.tls = Some(tls);
+        self
     }
 
     /// How often a health watch probes the engine ([`Engine::probe`]; a check probes it on every
@@ -138,7 +170,17 @@ impl SidecarServer {
             .max_decoding_message_size(MAX_MESSAGE_SIZE)
             .max_encoding_message_size(MAX_MESSAGE_SIZE);
         let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-        let server = Server::builder()
+        let mut builder = Server::builder();
+        if let Some(tls) = &self.tls {
+            let mut cfg = tonic::transport::ServerTlsConfig::new().identity(
+                tonic::transport::Identity::from_pem(&tls.cert_pem, &tls.key_pem),
+            );
+            if let Some(ca) = &tls.client_ca_pem {
+                cfg = cfg.client_ca_root(tonic::transport::Certificate::from_pem(ca));
+            }
+            builder = builder.tls_config(cfg)?;
+        }
+        let server = builder
             .http2_keepalive_interval(Some(self.http2_keepalive))
             .http2_keepalive_timeout(Some(self.http2_keepalive))
             .add_service(HealthServer::new(health))
