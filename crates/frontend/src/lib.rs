@@ -26,6 +26,18 @@
 //! the flag, counted under the flag's name. The rules, the estimates and why the defaults pass
 //! ordinary RL traffic are in [`caps`] (`caps.rs`).
 //!
+//! # Authentication and abort isolation
+//!
+//! With API keys configured ([`ApiKeys`], `--api-key`/`--admin-api-key`) every generate, abort
+//! and server-info route needs one (401 in the native envelope + `WWW-Authenticate: Bearer`
+//! otherwise); a request's owner is its key, a tenant's aborts reach only its own requests and
+//! `abort_all` needs the admin key (403). Without keys every route is open and anyone aborts
+//! anything, as on the engines. The table is in [`auth`] (`auth.rs`). Abort routes also require a
+//! JSON `Content-Type` (absent → 415, unlike generate routes: no cross-origin form or
+//! `text/plain` posts), at most `--max-abort-ids` ids (400), and look ids up in an index
+//! ([`InFlight`]: `O(ids)`, in chunks, never a scan under the lock). `/health_generate` runs one
+//! probe per format at a time and reuses its result for [`PROBE_CACHE_TTL`].
+//!
 //! Start at [`app`] and [`generate`](handler).
 
 mod auth;
