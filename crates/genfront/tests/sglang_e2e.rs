@@ -273,6 +273,22 @@ async fn parallel_sampling_gives_n_results_with_their_own_ids() {
         .collect();
     assert_eq!(ids.len(), 3);
     assert!(!ids.contains("x"));
+    // The copies are separate engine requests; like a real engine's, their samples differ.
+    let (st, v) = s
+        .post_json(
+            "/generate",
+            &json!({"input_ids": [201, 6, 7, 8, 9],
+                "sampling_params": {"n": 3, "max_new_tokens": 4, "temperature": 1.0}}),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    let outs: std::collections::HashSet<String> = v
+        .as_array()
+        .expect("array of n results")
+        .iter()
+        .map(|i| i["output_ids"].to_string())
+        .collect();
+    assert_eq!(outs.len(), 3, "three different samples: {v}");
 }
 
 #[tokio::test]
