@@ -263,20 +263,58 @@ async fn a_64_mib_id_body_peaks_below_200_mb() {
     body.push_str("]}");
     assert!(body.len() <= LIMIT);
     let context = (count + 16).to_string();
-    let (mut child, port) = spawn_genfront(&[
+    let flags = [
         "--mock-vocab-size",
         "150000",
         "--mock-context-len",
         &context,
         "--body-limit",
         "64MiB",
-    ]);
+        // The mock's vLLM answers carry routed experts for every prompt token by default (a
+        // blob of ~40 bytes a token): not what this test measures.
+        "--mock-routed-experts",
+        "false",
+    ];
+    let (mut child, port) = spawn_genfront(&flags);
     let before = vm_hwm(child.id());
     let client = reqwest::Client::new();
     let resp = client
         .post(format!("http://127.0.0.1:{port}/generate"))
         .header("content-type", "application/json")
-        .body(body)
+        .body(body.clone())
+        .timeout(Duration::from_secs(60))
+        .send()
+        .await
+        .expect("sent");
+    let sent = body;
+    let status = resp.status().as_u16();
+    let answer: Value = resp.json().await.expect("json");
+    let peak = vm_hwm(child.id());
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer["meta_info"]["prompt_tokens"].as_u64(),
+        Some(count as u64)
+    );
+    eprintln!(
+        "SGLang, 64 MiB body, {count} ids: VmHWM {} MB (at start {} MB)",
+        peak / 1_000_000,
+        before / 1_000_000
+    );
+    assert!(peak < 200_000_000, "VmHWM {peak} bytes");
+    let _ = child.kill();
+    let _ = child.wait();
+    // The same ids as vLLM's `token_ids` (one prompt), on a fresh child.
+    let (mut child, port) = spawn_genfront(&flags);
+    let ids_start = body_ids_start(&sent);
+    let mut vllm = String::with_capacity(LIMIT);
+    vllm.push_str(r#"{"sampling_params": {"max_tokens": 1}, "token_ids": ["#);
+    vllm.push_str(&sent[ids_start..sent.len() - 1]);
+    vllm.push('}');
+    drop(sent);
+    let resp = client
+        .post(format!("http://127.0.0.1:{port}/inference/v1/generate"))
+        .header("content-type", "application/json")
+        .body(vllm)
         .timeout(Duration::from_secs(60))
         .send()
         .await
@@ -287,14 +325,11 @@ async fn a_64_mib_id_body_peaks_below_200_mb() {
     let _ = child.kill();
     let _ = child.wait();
     assert_eq!(status, 200, "{answer}");
-    assert_eq!(
-        answer["meta_info"]["prompt_tokens"].as_u64(),
-        Some(count as u64)
-    );
-    eprintln!(
-        "64 MiB body, {count} ids: VmHWM {} MB (at start {} MB)",
-        peak / 1_000_000,
-        before / 1_000_000
-    );
+    eprintln!("vLLM, same ids: VmHWM {} MB", peak / 1_000_000);
     assert!(peak < 200_000_000, "VmHWM {peak} bytes");
+}
+
+/// Where the ids of the SGLang body start (after `"input_ids": [`).
+fn body_ids_start(body: &str) -> usize {
+    body.find(r#""input_ids": ["#).expect("ids") + r#""input_ids": ["#.len()
 }

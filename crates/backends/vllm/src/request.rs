@@ -5,6 +5,8 @@
 //! `EngineRequest.native`; typed fields are read from it by reference. Type errors are collected
 //! like pydantic collects them (every field, in declaration order) and reported together.
 
+mod fast;
+
 use genfront_format::GenerateError;
 use genfront_protocol::{LogitBias, StructuredOutput};
 use http::HeaderMap;
@@ -368,13 +370,47 @@ pub(crate) fn decode_body(
 
 // === GenerateRequest ===
 
+/// The body's fast path ([`fast`]): for a body [`decode_body`] would take as a JSON object (an
+/// exact `application/json` type), the object with `token_ids: null` and the ids read straight
+/// into `Vec<u32>`, for [`parse_with_ids`]. `None`: decode the whole body with [`decode_body`].
+pub(crate) fn decode_fast(
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Option<(Map<String, Value>, Vec<u32>)> {
+    let content_type = headers
+        .get(http::header::CONTENT_TYPE)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).to_ascii_lowercase())?;
+    if content_type.split(';').next() != Some("application/json") {
+        return None;
+    }
+    fast::parse(body)
+}
+
+/// The native body of `r` with the typed ids in its `token_ids: null` placeholder, as the vLLM
+/// engine client sends it (tests compare it with the client's body).
+#[cfg(test)]
+pub(crate) fn native_with_ids(r: &genfront_protocol::EngineRequest) -> Value {
+    let mut body = r.native.body.clone();
+    if body.get("token_ids").is_some_and(Value::is_null) {
+        body["token_ids"] = serde_json::json!(r.token_ids);
+    }
+    body
+}
+
 /// Validate `body` as vLLM's `GenerateRequest`, running `SamplingParams.__post_init__` and the
-/// model validators in vLLM's order.
+/// model validators in vLLM's order. `fast_ids`: the prompt ids the fast path read
+/// ([`decode_fast`]: non-empty, each a `u32`), `map` then holding `token_ids: null`; `None`: the
+/// ids are read from `map`.
 ///
 /// # Errors
 /// A `Bad Request` schema error for type errors and validator `ValueError`s, or the
 /// `BadRequestError` of a `SamplingParams` check (which aborts parsing like the exception does).
-pub(crate) fn parse(map: &Map<String, Value>) -> Result<GenerateRequest, GenerateError> {
+/// A caller on the fast path re-runs a failing request on the full path for the exact message
+/// (some print the client's input).
+pub(crate) fn parse_with_ids(
+    map: &Map<String, Value>,
+    fast_ids: Option<Vec<u32>>,
+) -> Result<GenerateRequest, GenerateError> {
     // `mode="before"` validator: runs on the raw dict, before any field.
     if let Some(salt) = map.get("cache_salt").filter(|v| !v.is_null())
         && let Err(message) = validate::cache_salt(salt)
@@ -393,7 +429,13 @@ pub(crate) fn parse(map: &Map<String, Value>) -> Result<GenerateRequest, Generat
     };
 
     let request_id = f.with("request_id", |v| to_str(v).map(str::to_owned));
-    let (token_ids, max_token_id) = parse_token_ids(&mut f);
+    let (token_ids, max_token_id) = match fast_ids {
+        Some(ids) => {
+            let max = ids.iter().copied().max().unwrap_or(0);
+            (ids, PyInt::new(i128::from(max)))
+        }
+        None => parse_token_ids(&mut f),
+    };
     let features = match f.get("features") {
         None | Some(Value::Null) => None,
         Some(v) => features::parse(v, f.issues),

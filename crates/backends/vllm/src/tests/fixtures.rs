@@ -181,7 +181,7 @@ fn rl_client_requests() {
                 assert_eq!(r.routing.session_id.as_deref(), Some("traj-0b7e4f21c9d8"));
                 assert_eq!(r.stop.stop_token_ids, vec![4, 9]);
                 assert_eq!(r.output.logprobs, Some(1));
-                assert_eq!(r.native.body, *body);
+                assert_eq!(crate::request::native_with_ids(r), *body);
             }
             Ok(p) if source.contains("prime-rl") => {
                 // Prefill scoring via prompt_logprobs: answer with the full prompt list.
@@ -250,7 +250,7 @@ fn dynamo_request_full() {
     let r = &p.subs[0].request;
     // The whole client body, unknown keys included, in the client's order.
     assert_eq!(r.native.format, "vllm");
-    assert_eq!(r.native.body, body);
+    assert_eq!(crate::request::native_with_ids(r), body);
     assert_eq!(r.native.body["future_top_level"], json!({"enabled": true}));
     assert_eq!(
         r.native.body["sampling_params"]["future_sampling_field"],

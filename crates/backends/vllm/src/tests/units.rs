@@ -128,7 +128,7 @@ fn projection() {
     assert_eq!(r.routing.cache_salt.as_deref(), Some("salt"));
     assert_eq!(r.handoff, Some(json!({"do_remote_decode": true})));
     assert_eq!(r.native.format, "vllm");
-    assert_eq!(r.native.body, body);
+    assert_eq!(crate::request::native_with_ids(r), body);
     assert!(r.request_id.is_empty());
 }
 
