@@ -15,6 +15,11 @@
 //! | `abort_all` | open | admin key only (a tenant key gets 403) |
 //! | `/health`, `/ready`, `/health_generate`, `/metrics` | open | open (probes and scrapers) |
 //!
+//! The open probes and `/metrics` follow SGLang's own `--api-key` middleware
+//! (`add_api_key_middleware`: `/health*` and `/metrics` pass without a key, `OPTIONS` too);
+//! SGLang answers its refusal with a bare `{"error": "Unauthorized"}`, genfront with the route
+//! format's full error envelope so clients parse one shape per format.
+//!
 //! A missing or wrong key is a 401 in the route format's native error envelope
 //! ([`GenerateError::Http`]) with `WWW-Authenticate: Bearer`, counted in
 //! `genfront_auth_refusals_total{route}`; a tenant key where the admin key is needed is a 403.
