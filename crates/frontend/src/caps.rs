@@ -178,7 +178,7 @@ mod tests {
         let mut listed = sub(10, Some(0), None);
         listed.request.output.token_ids_logprobs = vec![1; 21];
         assert_eq!(
-            check(&[listed.clone()], 20, u64::MAX),
+            check(std::slice::from_ref(&listed), 20, u64::MAX),
             Err("max_logprob_token_ids")
         );
         // Listed ids without logprobs produce nothing.
@@ -190,8 +190,11 @@ mod tests {
     fn entries_count_prompt_rows_and_output_tokens() {
         // Prompt rows (1000 - 200) × 5 = 4000.
         let p = sub(1000, None, Some((200, 5)));
-        assert_eq!(check(&[p.clone()], 20, 4000), Ok(()));
-        assert_eq!(check(&[p.clone()], 20, 3999), Err("max_logprob_entries"));
+        assert_eq!(check(std::slice::from_ref(&p), 20, 4000), Ok(()));
+        assert_eq!(
+            check(std::slice::from_ref(&p), 20, 3999),
+            Err("max_logprob_entries")
+        );
         // k = 0 still reports one entry per position.
         assert_eq!(
             check(&[sub(1000, None, Some((0, 0)))], 20, 999),
@@ -200,7 +203,7 @@ mod tests {
         // Output: n × max_tokens × max(k, 1) = 3 × 100 × 2 = 600, summed over the subs.
         let mut o = sub(10, Some(2), None);
         o.request.sampling.n = 3;
-        assert_eq!(check(&[o.clone()], 20, 600), Ok(()));
+        assert_eq!(check(std::slice::from_ref(&o), 20, 600), Ok(()));
         assert_eq!(check(&[o.clone(), p], 20, 4599), Err("max_logprob_entries"));
         // Unknown max_tokens counts the rest of the context.
         o.request.stop.max_tokens = None;
@@ -208,7 +211,7 @@ mod tests {
             max_context_len: 110,
             ..EngineInfo::default()
         };
-        assert!(check_request(&[o.clone()], &info, 20, 20, 600).is_ok());
+        assert!(check_request(std::slice::from_ref(&o), &info, 20, 20, 600).is_ok());
         assert!(check_request(&[o], &info, 20, 20, 599).is_err());
     }
 
