@@ -264,17 +264,17 @@ impl Run {
             Some(seed) => combine(combine(shared.config.seed, 1), seed),
             None => combine(combine(shared.config.seed, 0), prompt_ctx),
         };
+        // An unseeded fanned-out copy (`sample_index`) samples as the client's i-th sample
+        // would, as separate unseeded requests differ on a real engine; seeded copies share their
+        // seed and sample alike (SGLang's seeded sampler hashes the seed with the position).
+        let copy = match self.req.sampling.seed {
+            Some(_) => 0,
+            None => u64::from(self.req.sampling.sample_index),
+        };
         self.choices = (0..self.req.sampling.n)
             .map(|i| Choice {
                 ctx: prompt_ctx,
-                // A fanned-out copy (`sample_index`) samples as the client's i-th sample would.
-                sample_key: combine(
-                    combine(
-                        seed_key,
-                        u64::from(i) + u64::from(self.req.sampling.sample_index),
-                    ),
-                    tag::SAMPLE,
-                ),
+                sample_key: combine(combine(seed_key, u64::from(i) + copy), tag::SAMPLE),
                 generated: 0,
                 finished: false,
             })

@@ -136,9 +136,10 @@ pub struct SamplingOptions {
     pub seed: Option<u64>,
     /// Which of the client's parallel samples this engine request is, when a format fans `n` out
     /// into separate engine requests of `n = 1` (SGLang: one request per copy, each with its own
-    /// rid). Real engines sample each request on its own; an engine whose unseeded sampling is a
-    /// function of the request (the mocker) offsets its sample keys by it, so the copies differ
-    /// as they do on a real engine. 0 otherwise.
+    /// rid). Real engines sample each unseeded request on its own; an engine whose unseeded
+    /// sampling is a function of the request (the mocker) offsets its sample keys by it, so the
+    /// copies differ as they do on a real engine; seeded copies share the seed and sample alike,
+    /// as on SGLang. 0 otherwise.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub sample_index: u32,
 }
