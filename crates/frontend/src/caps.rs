@@ -73,10 +73,16 @@ pub(crate) fn check_request(
             .unwrap_or(0)
             .max(out.prompt_logprobs.as_ref().map_or(0, |p| p.top_k));
         if k > max_top_logprobs {
+            // `u32::MAX` is vLLM's `logprobs: -1` (the whole vocabulary).
+            let asked = if k == u32::MAX {
+                "the whole vocabulary's logprobs (-1)".to_owned()
+            } else {
+                format!("{k} top logprobs")
+            };
             return Err((
                 "max_top_logprobs",
                 GenerateError::validation(format!(
-                    "The request asks for {k} top logprobs per position; this server returns at most {max_top_logprobs} (--max-top-logprobs)."
+                    "The request asks for {asked} per position; this server returns at most {max_top_logprobs} (--max-top-logprobs)."
                 )),
             ));
         }
@@ -184,6 +190,22 @@ mod tests {
         // Listed ids without logprobs produce nothing.
         listed.request.output.logprobs = None;
         assert_eq!(check(&[listed], 20, u64::MAX), Ok(()));
+        // vLLM's `logprobs: -1` (the whole vocabulary) is named as such, not as 2^32 - 1.
+        let all = check_request(
+            &[sub(10, Some(u32::MAX), None)],
+            &EngineInfo::default(),
+            20,
+            20,
+            u64::MAX,
+        );
+        let Err((_, err)) = all else {
+            panic!("refused")
+        };
+        let text = format!("{err:?}");
+        assert!(
+            text.contains("whole vocabulary") && !text.contains("4294967295"),
+            "{text}"
+        );
     }
 
     #[test]
