@@ -56,13 +56,18 @@ fn hits(server: &TestServer, limit: &str) -> u64 {
     server.state.metrics.limits().hits(limit)
 }
 
-/// A canary SGLang request must succeed within `within`.
+/// A canary SGLang request must succeed within `within`. Each canary opens its own connection:
+/// a pooled keep-alive connection can be closed by the server's idle timeout (which these tests
+/// set to 1 s) just as the client reuses it, a race every HTTP client has with any idle timeout.
 async fn canary(server: &TestServer, within: Duration) {
     let t = Instant::now();
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .expect("client");
     let resp = tokio::time::timeout(
         within,
-        server
-            .client
+        client
             .post(server.url("/generate"))
             .json(&sglang_body(2, false))
             .send(),
