@@ -24,7 +24,7 @@ pub use catalog::{
     resolve_routes,
 };
 pub use error::GenerateError;
-use genfront_protocol::{EngineInfo, EngineOutput, EngineRequest};
+use genfront_protocol::{ControlAction, EngineInfo, EngineOutput, EngineRequest};
 use http::{HeaderMap, StatusCode};
 
 /// What a format sees of an incoming request.
@@ -194,6 +194,32 @@ pub struct AuxRoute {
     pub kind: AuxKind,
 }
 
+/// The HTTP methods a [`ControlRoute`] answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ControlMethods {
+    /// `GET` only (read-only calls: vLLM `/is_paused`, `/weight_info`).
+    Get,
+    /// `POST` only.
+    Post,
+    /// `GET` and `POST` (SGLang `/flush_cache`).
+    GetOrPost,
+}
+
+/// A format's native fleet-control route (pause, resume, weight updates, cache flush, …): the
+/// frontend fans the call out to every worker of the format (see `genfront_router::control`) and
+/// answers with a per-worker report.
+#[derive(Debug, Clone, Copy)]
+pub struct ControlRoute {
+    /// The engine's own path, e.g. `/pause_generation`; the frontend serves the same path.
+    pub path: &'static str,
+    /// The methods it answers (others: 405).
+    pub methods: ControlMethods,
+    /// What a call means, from its query string (without `?`; genfront's own `workers`
+    /// parameter removed) and body. `Err`: the native refusal the engine itself would send for
+    /// this call (e.g. FastAPI's 422 for an unknown pause mode), answered without a fan-out.
+    pub parse: fn(query: &str, body: &[u8]) -> Result<ControlAction, NativeResponse>,
+}
+
 /// A native backend format (SGLang, vLLM, …). Object-safe; one instance serves every request of
 /// its routes.
 pub trait GenerateFormat: Send + Sync + 'static {
@@ -222,6 +248,11 @@ pub trait GenerateFormat: Send + Sync + 'static {
 
     /// The format's auxiliary `GET` routes (model info, generation probe), if any.
     fn aux_routes(&self) -> &'static [AuxRoute] {
+        &[]
+    }
+
+    /// The format's native fleet-control routes (fanned out to its workers), if any.
+    fn control_routes(&self) -> &'static [ControlRoute] {
         &[]
     }
 

@@ -7,7 +7,7 @@ use futures::Stream;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use crate::{EngineError, EngineOutput, EngineRequest};
+use crate::{ControlCall, ControlFuture, EngineError, EngineOutput, EngineRequest};
 
 /// A stream of deltas for one [`EngineRequest`]. It ends after every choice has finished, or with
 /// one `Err` item.
@@ -141,4 +141,29 @@ pub trait Engine: Send + Sync + 'static {
 
     /// Start generating for `request`.
     fn generate(&self, request: EngineRequest, cancel: CancellationToken) -> OutputStream;
+
+    /// The native API this engine speaks (`"sglang"`, `"vllm"`), when it is one engine's face;
+    /// `None` for engines that answer every format (the in-process mocker). Fleet control sends a
+    /// format's control calls only to engines of that format (or of none).
+    fn native_format(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// Relay one native fleet-control call ([`ControlCall`]: pause, resume, weight update, cache
+    /// flush, …) and return the engine's own answer, within `call.timeout`. A native HTTP client
+    /// sends the call's method, path, query and body as they are; a sidecar forwards it to its
+    /// engine; the mocker acts on [`ControlCall::action`] and answers in the call's format.
+    ///
+    /// # Errors
+    /// [`EngineError`] `Unsupported` when the engine has no control face (the default),
+    /// `Unavailable` for a transport failure, `Timeout` when no answer came in time. An answer
+    /// with an error status is an `Ok` [`ControlReply`], not an error.
+    fn control(&self, call: ControlCall) -> ControlFuture<'_> {
+        let _ = call;
+        Box::pin(async {
+            Err(EngineError::unsupported(
+                "this engine does not take fleet-control calls",
+            ))
+        })
+    }
 }

@@ -7,12 +7,14 @@
 //!
 //! Start reading at [`EngineRequest`] and [`Engine::generate`].
 
+mod control;
 mod engine;
 mod error;
 mod output;
 mod pd;
 mod request;
 
+pub use control::{ControlAction, ControlCall, ControlFuture, ControlReply, PauseMode};
 pub use engine::{Engine, EngineInfo, OutputStream, ProbeFuture, UNKNOWN_CONTEXT_LEN};
 pub use error::{EngineError, ErrorKind, Fault};
 pub use output::{
