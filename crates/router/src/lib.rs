@@ -26,6 +26,7 @@
 //! Start at [`Router::dispatch`].
 
 pub mod breaker;
+pub mod control;
 mod dispatch;
 mod health;
 pub mod metrics;
@@ -127,6 +128,10 @@ pub struct RouterConfig {
     pub retry: RetryConfig,
     /// Health probes and connection backoff.
     pub health: HealthConfig,
+    /// During a refit, route only to workers on the fleet's current weight version (the version
+    /// of the last successful weight update or version tag through fleet control)
+    /// (`--route-current-version`). Default off.
+    pub route_current_version: bool,
 }
 
 impl RouterConfig {
@@ -164,6 +169,12 @@ impl RouterConfig {
 /// (with backoff) until it succeeds.
 pub type Connector =
     Arc<dyn Fn() -> BoxFuture<'static, Result<Arc<dyn Engine>, String>> + Send + Sync>;
+
+/// Builds a worker from its spec string (`sglang=URL[#FACTS]`, `vllm=URL`, `grpc://HOST:PORT`, as
+/// `--worker` takes it) for a role: the binary's connector factory, used by the admin API
+/// (`POST /workers`) and discovery. `Err`: a message naming what is wrong with the spec.
+pub type WorkerFactory =
+    Arc<dyn Fn(&str, Role) -> Result<(WorkerSpec, Connector), String> + Send + Sync>;
 
 /// A worker to add.
 #[derive(Debug, Clone)]
@@ -342,6 +353,12 @@ pub struct Router {
     mixed_ties: std::sync::atomic::AtomicU64,
     /// Fired on drop: stops connect and probe tasks.
     stop: CancellationToken,
+    /// Told about every worker state change (pause waits).
+    changed: Arc<tokio::sync::Notify>,
+    /// The fleet's current weight version (see [`RouterConfig::route_current_version`]).
+    current_version: std::sync::Mutex<Option<String>>,
+    /// Builds workers from spec strings ([`Router::add_by_spec`]).
+    factory: std::sync::OnceLock<WorkerFactory>,
 }
 
 impl std::fmt::Debug for Router {
@@ -375,6 +392,9 @@ impl Router {
             metrics,
             mixed_ties: std::sync::atomic::AtomicU64::new(0),
             stop: CancellationToken::new(),
+            changed: Arc::new(tokio::sync::Notify::new()),
+            current_version: std::sync::Mutex::new(None),
+            factory: std::sync::OnceLock::new(),
         })
     }
 
@@ -430,8 +450,12 @@ impl Router {
             spec.handoff,
             self.config.breaker,
             handles,
+            self.stop.child_token(),
+            self.changed.clone(),
         ));
         workers.push(worker.clone());
+        drop(workers);
+        self.changed.notify_waiters();
         worker
     }
 
@@ -440,7 +464,7 @@ impl Router {
     pub fn add_engine(&self, spec: WorkerSpec, engine: Arc<dyn Engine>) -> WorkerId {
         let worker = self.register(spec);
         worker.connected(engine);
-        health::spawn_probes(&worker, self.config.health, self.stop.clone());
+        health::spawn_probes(&worker, self.config.health, worker.stop.clone());
         worker.id().clone()
     }
 
@@ -448,8 +472,69 @@ impl Router {
     /// Tokio runtime) connects with backoff, then probes it.
     pub fn add_worker(&self, spec: WorkerSpec, connect: Connector) -> WorkerId {
         let worker = self.register(spec);
-        health::spawn_connect(&worker, connect, self.config.health, self.stop.clone());
+        health::spawn_connect(&worker, connect, self.config.health, worker.stop.clone());
         worker.id().clone()
+    }
+
+    /// Install the factory [`Router::add_by_spec`] builds workers with (once; later calls are
+    /// ignored and return false).
+    pub fn set_factory(&self, factory: WorkerFactory) -> bool {
+        self.factory.set(factory).is_ok()
+    }
+
+    /// Add a worker from its spec string (`sglang=URL[#FACTS]`, `vllm=URL`, `grpc://HOST:PORT`)
+    /// in `role`, with id `id` when given (a taken id gets a `-1`, `-2`, … suffix): the admin
+    /// API's `POST /workers` and discovery use this. It starts `connecting` like
+    /// [`Router::add_worker`].
+    ///
+    /// # Errors
+    /// No factory installed ([`Router::set_factory`]), or the factory refused the spec (its
+    /// message).
+    pub fn add_by_spec(
+        &self,
+        spec: &str,
+        role: Role,
+        id: Option<&str>,
+    ) -> Result<WorkerId, String> {
+        let factory = self
+            .factory
+            .get()
+            .ok_or_else(|| "this server cannot add workers at run time".to_owned())?;
+        let (mut worker, connect) = factory(spec, role)?;
+        if let Some(id) = id {
+            if id.is_empty() || id.len() > 128 || id.chars().any(|c| c.is_control() || c == '/') {
+                return Err(format!(
+                    "invalid worker id `{id}`: 1 to 128 characters, no `/` and no control characters"
+                ));
+            }
+            worker.id = Some(id.to_owned());
+        }
+        Ok(self.add_worker(worker, connect))
+    }
+
+    /// Remove worker `id`: it takes no new requests at once (`draining`), the requests in flight
+    /// on it may finish for up to `drain` (then they are left to end on their own: their streams
+    /// still hold the worker), and it leaves the registry, its probes stop and its metric series
+    /// are dropped. Returns `None` for an unknown id, else the requests still in flight when it
+    /// was removed (0 after a clean drain).
+    pub async fn remove_worker(&self, id: &str, drain: Duration) -> Option<u64> {
+        let worker = self.worker(id)?;
+        worker.set_state(WorkerState::Draining);
+        let deadline = tokio::time::Instant::now() + drain;
+        while worker.load().requests() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let left = worker.load().requests();
+        {
+            let mut workers = self.workers.write().unwrap_or_else(|e| e.into_inner());
+            workers.retain(|w| !Arc::ptr_eq(w, &worker));
+        }
+        worker.stop.cancel();
+        self.metrics
+            .forget_worker(worker.id().as_str(), worker.role());
+        self.changed.notify_waiters();
+        tracing::info!(worker = %worker.id(), url = %worker.url(), in_flight = left, "worker removed");
+        Some(left)
     }
 
     /// Every worker, in the order they were added.
@@ -497,7 +582,12 @@ impl Router {
         let workers = self.workers.read().unwrap_or_else(|e| e.into_inner());
         let usable: Vec<Arc<Worker>> = workers
             .iter()
-            .filter(|w| w.role() == role && !exclude.contains(w.id()) && w.routable(now))
+            .filter(|w| {
+                w.role() == role
+                    && !exclude.contains(w.id())
+                    && w.routable(now)
+                    && self.on_current_version(w)
+            })
             .cloned()
             .collect();
         let native: Vec<Arc<Worker>> = usable

@@ -12,6 +12,10 @@
 //! | `genfront_worker_failures_total` | counter | worker, role | worker failures (transport, 5xx) |
 //! | `genfront_worker_retries_total` | counter | worker, role | requests retried away from the worker |
 //! | `genfront_worker_probe_failures_total` | counter | worker, role | failed health probes |
+//! | `genfront_worker_weights_failed` | gauge | worker, role | 1 while the worker's last weight update failed (out of rotation) |
+//! | `genfront_control_calls_total` | counter | action, worker, outcome | fleet-control calls sent to a worker: `ok`, `error` (the engine refused), `timeout`, `unreachable`, `unsupported`, `not_connected` |
+//! | `genfront_control_seconds` | histogram | action | latency of one worker's control call |
+//! | `genfront_router_paused_waits_total` | counter | outcome | requests that waited because every worker was paused: `resumed`, `timed_out` |
 //! | `genfront_router_decisions_total` | counter | policy, decision | `hit`, `miss`, `spill`, `repin` (affinity policies), `pick` (others) |
 //! | `genfront_router_no_worker_total` | counter | role | requests refused for lack of a worker |
 //! | `genfront_pd_prefill_seconds` | histogram | | P/D: dispatch to the end of the prefill leg |
@@ -64,9 +68,43 @@ pub struct RoleLabels {
     pub role: String,
 }
 
+/// Labels of `genfront_control_calls_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControlLabels {
+    /// [`genfront_protocol::ControlAction::label`].
+    pub action: String,
+    /// Worker id.
+    pub worker: String,
+    /// `ok`, `error`, `timeout`, `unreachable`, `unsupported` or `not_connected`.
+    pub outcome: String,
+}
+
+/// Labels of `genfront_control_seconds`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ActionLabels {
+    /// [`genfront_protocol::ControlAction::label`].
+    pub action: String,
+}
+
+/// Labels of `genfront_router_paused_waits_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    /// `resumed` or `timed_out`.
+    pub outcome: String,
+}
+
+fn control_histogram() -> Histogram {
+    // 1 ms .. ~65 s.
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
 /// The router's families (cheap to clone: every family is an `Arc` inside).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct RouterMetrics {
+    weights_failed: Family<WorkerLabels, Gauge>,
+    control_calls: Family<ControlLabels, Counter>,
+    control_seconds: Family<ActionLabels, Histogram, fn() -> Histogram>,
+    paused_waits: Family<OutcomeLabels, Counter>,
     in_flight: Family<WorkerLabels, Gauge>,
     in_flight_tokens: Family<WorkerLabels, Gauge>,
     selections: Family<WorkerLabels, Counter>,
@@ -78,6 +116,28 @@ pub struct RouterMetrics {
     decisions: Family<DecisionLabels, Counter>,
     no_worker: Family<RoleLabels, Counter>,
     pd: PdMetrics,
+}
+
+impl Default for RouterMetrics {
+    fn default() -> Self {
+        Self {
+            weights_failed: Family::default(),
+            control_calls: Family::default(),
+            control_seconds: Family::new_with_constructor(control_histogram),
+            paused_waits: Family::default(),
+            in_flight: Family::default(),
+            in_flight_tokens: Family::default(),
+            selections: Family::default(),
+            state: Family::default(),
+            breaker: Family::default(),
+            failures: Family::default(),
+            retries: Family::default(),
+            probe_failures: Family::default(),
+            decisions: Family::default(),
+            no_worker: Family::default(),
+            pd: PdMetrics::default(),
+        }
+    }
 }
 
 /// Labels of `genfront_pd_failures_total`.
@@ -161,6 +221,29 @@ impl RouterMetrics {
             self.probe_failures.clone(),
         );
         registry.register(
+            "worker_weights_failed",
+            "1 while the worker's last weight update failed (it takes no traffic)",
+            self.weights_failed.clone(),
+        );
+        registry.register(
+            "control_calls",
+            "Fleet-control calls sent to a worker, by action and outcome",
+            self.control_calls.clone(),
+        );
+        registry.register(
+            "control_seconds",
+            "Latency of one worker's fleet-control call",
+            self.control_seconds.clone(),
+        );
+        registry.register(
+            "router_paused_waits",
+            "Requests that waited because every worker of their format was paused",
+            self.paused_waits.clone(),
+        );
+        for outcome in ["resumed", "timed_out"] {
+            self.paused_wait(outcome);
+        }
+        registry.register(
             "router_decisions",
             "Routing policy decisions: hit, miss, spill, repin (affinity policies); pick (the others)",
             self.decisions.clone(),
@@ -222,6 +305,7 @@ impl RouterMetrics {
             failures: self.failures.get_or_create(&l).clone(),
             retries: self.retries.get_or_create(&l).clone(),
             probe_failures: self.probe_failures.get_or_create(&l).clone(),
+            weights_failed: self.weights_failed.get_or_create(&l).clone(),
         }
     }
 
@@ -254,6 +338,68 @@ impl RouterMetrics {
         }
     }
 
+    /// Count one worker's control call.
+    pub(crate) fn control_call(
+        &self,
+        action: &'static str,
+        worker: &str,
+        outcome: &'static str,
+        seconds: f64,
+    ) {
+        self.control_calls
+            .get_or_create(&ControlLabels {
+                action: action.to_owned(),
+                worker: worker.to_owned(),
+                outcome: outcome.to_owned(),
+            })
+            .inc();
+        self.control_seconds
+            .get_or_create(&ActionLabels {
+                action: action.to_owned(),
+            })
+            .observe(seconds);
+    }
+
+    /// Count a request that waited out a pause (`resumed`) or gave up (`timed_out`).
+    pub fn paused_wait(&self, outcome: &'static str) -> Counter {
+        self.paused_waits
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.to_owned(),
+            })
+            .clone()
+    }
+
+    /// Drop a removed worker's series (its id may be reused by another worker later).
+    pub(crate) fn forget_worker(&self, worker: &str, role: Role) {
+        let l = WorkerLabels {
+            worker: worker.to_owned(),
+            role: role.label().to_owned(),
+        };
+        for f in [
+            &self.in_flight,
+            &self.in_flight_tokens,
+            &self.breaker,
+            &self.weights_failed,
+        ] {
+            f.remove(&l);
+        }
+        for f in [
+            &self.selections,
+            &self.failures,
+            &self.retries,
+            &self.probe_failures,
+        ] {
+            f.remove(&l);
+        }
+        for s in WorkerState::ALL {
+            self.state.remove(&StateLabels {
+                worker: worker.to_owned(),
+                role: role.label().to_owned(),
+                state: s.label().to_owned(),
+            });
+        }
+    }
+
     pub(crate) fn no_worker(&self, role: Role) -> Counter {
         self.no_worker
             .get_or_create(&RoleLabels {
@@ -274,6 +420,7 @@ pub(crate) struct WorkerHandles {
     pub(crate) failures: Counter,
     pub(crate) retries: Counter,
     pub(crate) probe_failures: Counter,
+    pub(crate) weights_failed: Gauge,
 }
 
 impl WorkerHandles {

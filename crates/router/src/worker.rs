@@ -1,11 +1,13 @@
 //! One worker of the registry: identity, role, state, model facts, load and breaker.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use genfront_protocol::{Engine, EngineInfo};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 use crate::breaker::{Breaker, BreakerConfig, BreakerState};
 use crate::metrics::WorkerHandles;
@@ -141,6 +143,14 @@ pub struct Worker {
     /// Consecutive probe outcomes (positive: successes, negative: failures).
     pub(crate) probe_streak: Mutex<i32>,
     pub(crate) since: Mutex<Instant>,
+    /// Its last weight update failed (fleet control): out of rotation until one succeeds.
+    weights_failed: AtomicBool,
+    /// Its weight version as fleet control last set or read it (`None`: not known).
+    weight_version: Mutex<Option<String>>,
+    /// Fired when the worker is removed: stops its connect and probe tasks.
+    pub(crate) stop: CancellationToken,
+    /// Told about every state change (pause waits watch it).
+    changed: Arc<Notify>,
 }
 
 impl fmt::Debug for Worker {
@@ -164,6 +174,8 @@ impl Worker {
         handoff: Option<genfront_protocol::Handoff>,
         breaker: BreakerConfig,
         handles: WorkerHandles,
+        stop: CancellationToken,
+        changed: Arc<Notify>,
     ) -> Self {
         let w = Self {
             id,
@@ -178,6 +190,10 @@ impl Worker {
             handles,
             probe_streak: Mutex::new(0),
             since: Mutex::new(Instant::now()),
+            weights_failed: AtomicBool::new(false),
+            weight_version: Mutex::new(None),
+            stop,
+            changed,
         };
         w.handles.set_state(WorkerState::Connecting);
         w.handles.set_breaker(BreakerState::Closed);
@@ -224,6 +240,48 @@ impl Worker {
         self.engine.get()
     }
 
+    /// Whether its last weight update failed (it then takes no traffic until one succeeds).
+    pub fn weights_failed(&self) -> bool {
+        self.weights_failed.load(Ordering::Acquire)
+    }
+
+    /// Its weight version, as fleet control last set or read it (`None`: not known yet).
+    pub fn weight_version(&self) -> Option<String> {
+        self.weight_version
+            .lock()
+            .map(|v| v.clone())
+            .unwrap_or_else(|e| e.into_inner().clone())
+    }
+
+    /// Whether this worker answers `format`'s control calls: its native kind (given, or
+    /// reported by its engine) is `format`, or it has none (the mocker speaks every format).
+    pub fn speaks(&self, format: &str) -> bool {
+        let native = self
+            .kind()
+            .or_else(|| self.engine().and_then(|e| e.native_format()));
+        native.is_none_or(|k| k == format)
+    }
+
+    pub(crate) fn set_weights_failed(&self, failed: bool) {
+        let prev = self.weights_failed.swap(failed, Ordering::AcqRel);
+        self.handles.weights_failed.set(i64::from(failed));
+        if prev != failed {
+            if failed {
+                tracing::warn!(worker = %self.id, url = %self.url, "weight update failed: out of rotation until an update succeeds");
+            } else {
+                tracing::info!(worker = %self.id, url = %self.url, "weight update succeeded: back in rotation");
+            }
+            self.changed.notify_waiters();
+        }
+    }
+
+    pub(crate) fn set_weight_version(&self, version: Option<String>) {
+        if let Ok(mut v) = self.weight_version.lock() {
+            *v = version;
+        }
+        self.changed.notify_waiters();
+    }
+
     /// The breaker's state now (an open breaker whose cool-down elapsed reads as half-open).
     pub fn breaker_state(&self) -> BreakerState {
         self.breaker
@@ -250,6 +308,7 @@ impl Worker {
                 *since = Instant::now();
             }
             self.handles.set_state(state);
+            self.changed.notify_waiters();
             if state == WorkerState::Ready {
                 tracing::info!(worker = %self.id, url = %self.url, from = prev.label(), to = state.label(), "worker state");
             } else {
@@ -270,6 +329,7 @@ impl Worker {
                 *since = Instant::now();
             }
             self.handles.set_state(to);
+            self.changed.notify_waiters();
             tracing::info!(worker = %self.id, url = %self.url, from = from.label(), to = to.label(), "worker state");
         }
         ok
@@ -280,6 +340,7 @@ impl Worker {
     pub(crate) fn routable(&self, now: Instant) -> bool {
         self.state() == WorkerState::Ready
             && self.engine.get().is_some()
+            && !self.weights_failed()
             && self.breaker.lock().is_ok_and(|b| b.would_admit(now))
     }
 
