@@ -19,7 +19,12 @@
 //! - [`TimedEngine`], [`EngineTimeouts`]: the engine-side time limits around any engine (first
 //!   output within `--engine-first-byte-timeout`, next stream output within
 //!   `--engine-idle-timeout`; `ErrorKind::Timeout` → the client's 504 and a worker failure at
-//!   the breaker). The TCP connect timeout is [`ClientOptions::connect_timeout`].
+//!   the breaker). The TCP connect timeout is [`ClientOptions::connect_timeout`]. It also
+//!   forwards `Engine::native_format` and `Engine::control`, the latter bounded by the call's
+//!   own `timeout`;
+//! - [`relay_control`]: one native fleet-control call (pause, resume, weight update, cache flush)
+//!   sent to the engine unchanged, its status and body returned unchanged, within the call's
+//!   timeout and [`CONTROL_BODY_LIMIT`].
 //!
 //! # Upstream status → [`EngineError`]
 //!
@@ -70,6 +75,7 @@
 
 mod abort;
 mod client;
+mod control;
 mod probe;
 mod response;
 mod sse;
@@ -78,6 +84,7 @@ mod timeout;
 
 pub use abort::{AbortCall, AbortGuard, CancelGrace, GraceWake};
 pub use client::{ClientOptions, build_client};
+pub use control::{CONTROL_BODY_LIMIT, relay_control};
 pub use probe::probe;
 pub use response::{ERROR_BODY_LIMIT, error_from_response, read_error_body};
 pub use sse::{EventTooLarge, MAX_EVENT_BYTES, SseSplitter};

@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use genfront_protocol::{
-    Engine, EngineError, EngineInfo, EngineRequest, OutputStream, ProbeFuture,
+    ControlCall, ControlFuture, Engine, EngineError, EngineInfo, EngineRequest, OutputStream,
+    ProbeFuture,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -75,7 +76,9 @@ impl Default for EngineTimeouts {
 pub type TimeoutObserver = Arc<dyn Fn(TimeoutPhase) + Send + Sync>;
 
 /// An [`Engine`] whose [`Engine::generate`] streams end with [`ErrorKind::Timeout`] when the
-/// inner engine makes no progress within [`EngineTimeouts`]. Everything else is delegated.
+/// inner engine makes no progress within [`EngineTimeouts`]. Everything else is delegated;
+/// [`Engine::control`] is also bounded by the call's own `timeout` (an inner engine that does not
+/// honour it still fails with [`ErrorKind::Timeout`] in time).
 pub struct TimedEngine {
     inner: Arc<dyn Engine>,
     timeouts: EngineTimeouts,
@@ -127,6 +130,25 @@ impl Engine for TimedEngine {
         let streaming = request.output.stream;
         let stream = self.inner.generate(request, cancel);
         timed(stream, self.timeouts, streaming, self.observer.clone())
+    }
+
+    fn native_format(&self) -> Option<&'static str> {
+        self.inner.native_format()
+    }
+
+    fn control(&self, call: ControlCall) -> ControlFuture<'_> {
+        let limit = call.timeout;
+        let what = format!("{} {}", call.method, call.path);
+        let inner = self.inner.control(call);
+        Box::pin(async move {
+            tokio::time::timeout(limit, inner)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(EngineError::timeout(format!(
+                        "control call {what}: no answer within {limit:?}"
+                    )))
+                })
+        })
     }
 }
 
@@ -295,5 +317,93 @@ mod tests {
         };
         let items: Vec<_> = timed(stream, none, true, None).collect().await;
         assert_eq!(items.len(), 2);
+    }
+
+    /// An engine whose control calls answer after `delay` (or never when `None`).
+    struct ControlStub {
+        info: EngineInfo,
+        delay: Option<Duration>,
+    }
+
+    impl Engine for ControlStub {
+        fn info(&self) -> &EngineInfo {
+            &self.info
+        }
+
+        fn generate(&self, _: EngineRequest, _: CancellationToken) -> OutputStream {
+            Box::pin(futures::stream::empty())
+        }
+
+        fn native_format(&self) -> Option<&'static str> {
+            Some("vllm")
+        }
+
+        fn control(&self, call: ControlCall) -> ControlFuture<'_> {
+            let delay = self.delay;
+            Box::pin(async move {
+                match delay {
+                    Some(d) => tokio::time::sleep(d).await,
+                    None => futures::future::pending::<()>().await,
+                }
+                Ok(genfront_protocol::ControlReply::json(
+                    200,
+                    format!("{{\"path\":\"{}\"}}", call.path),
+                ))
+            })
+        }
+    }
+
+    fn stub(delay: Option<Duration>) -> TimedEngine {
+        let info = EngineInfo {
+            model: "m".into(),
+            model_aliases: Vec::new(),
+            vocab_size: None,
+            max_context_len: 16,
+            eos_token_ids: Vec::new(),
+            max_logprobs: None,
+            max_num_seqs: None,
+            routed_experts: false,
+            sampling_mask: false,
+            tokenizer: None,
+            server_info: None,
+        };
+        TimedEngine::new(
+            Arc::new(ControlStub { info, delay }),
+            EngineTimeouts::default(),
+            None,
+        )
+    }
+
+    fn pause_call(timeout: Duration) -> ControlCall {
+        ControlCall {
+            format: "vllm",
+            action: genfront_protocol::ControlAction::Resume,
+            method: "POST".into(),
+            path: "/resume".into(),
+            query: String::new(),
+            body: bytes::Bytes::new(),
+            timeout,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn control_and_native_format_are_forwarded_within_the_call_timeout() {
+        let fast = stub(Some(Duration::from_millis(10)));
+        assert_eq!(fast.native_format(), Some("vllm"));
+        let reply = fast
+            .control(pause_call(Duration::from_secs(1)))
+            .await
+            .expect("answered in time");
+        assert_eq!(reply.status, 200);
+        assert_eq!(&reply.body[..], b"{\"path\":\"/resume\"}");
+
+        // The inner engine ignores the call's timeout: the wrapper still ends the call in time.
+        let hung = stub(None);
+        let err = hung
+            .control(pause_call(Duration::from_secs(2)))
+            .await
+            .expect_err("timed out");
+        assert_eq!(err.kind, ErrorKind::Timeout);
+        assert!(err.message.contains("/resume"), "{err}");
     }
 }
