@@ -85,6 +85,7 @@
 mod abort;
 mod assemble;
 pub mod client;
+mod control;
 mod errors;
 mod flat;
 mod item;
@@ -106,6 +107,7 @@ use http::{Method, StatusCode};
 
 pub use abort::parse_abort;
 pub use client::{SglangEngine, SglangEngineOptions};
+pub use control::CONTROL_ROUTES;
 pub use item::{EMBEDS_UNSUPPORTED, TEXT_UNSUPPORTED};
 pub use request::REQUEST_KEYS;
 pub use sampling::SAMPLING_KEYS;
@@ -445,6 +447,12 @@ impl GenerateFormat for SglangFormat {
     /// decode; `spec/sglang-native.md` §13.4).
     fn pd_merge(&self) -> Option<std::sync::Arc<dyn genfront_protocol::PdMerge>> {
         Some(PD_MERGE.clone())
+    }
+
+    /// SGLang's pause/continue, cache flush and weight-update routes ([`CONTROL_ROUTES`]; the
+    /// engine's own refusals are in the `control` module docs).
+    fn control_routes(&self) -> &'static [genfront_format::ControlRoute] {
+        &CONTROL_ROUTES
     }
 
     fn aux_routes(&self) -> &'static [AuxRoute] {

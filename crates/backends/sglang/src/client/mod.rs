@@ -9,6 +9,10 @@
 //!   `POST /abort_request {"rid": <dispatch id>, "abort_all": false}` (see `stream.rs`).
 //! - [`Engine::probe`] is one `GET /health`; there is no background health loop (routers probe
 //!   and own worker state), and [`Engine::ready`] is always true.
+//! - [`Engine::control`] relays a fleet-control call (`/pause_generation`, `/flush_cache`,
+//!   `/update_weights_from_disk`, …; see the crate's `control` module) to the server unchanged
+//!   with `genfront_engine_http::relay_control` and returns SGLang's own status and body;
+//!   [`Engine::native_format`] is `"sglang"`.
 //!
 //! The HTTP transport (client, SSE splitting, upstream status → [`EngineError`], probes,
 //! abort-on-drop, cancel grace) is `genfront-engine-http`'s; this module keeps what is SGLang's:
@@ -25,7 +29,8 @@ use std::time::Duration;
 
 use genfront_engine_http::ClientOptions;
 use genfront_protocol::{
-    Engine, EngineError, EngineInfo, EngineRequest, ErrorKind, OutputStream, ProbeFuture,
+    ControlCall, ControlFuture, Engine, EngineError, EngineInfo, EngineRequest, ErrorKind,
+    OutputStream, ProbeFuture,
 };
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
@@ -116,6 +121,8 @@ impl Default for SglangEngineOptions {
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub http: reqwest::Client,
+    /// `http://host:port`, no trailing slash.
+    pub base_url: String,
     pub generate_url: String,
     pub abort_url: Arc<str>,
     pub health_url: String,
@@ -218,6 +225,7 @@ impl SglangEngine {
         };
         let inner = Arc::new(Inner {
             http,
+            base_url: base.clone(),
             generate_url: format!("{base}/generate"),
             abort_url: Arc::from(format!("{base}/abort_request")),
             health_url: format!("{base}/health"),
@@ -267,6 +275,23 @@ impl Engine for SglangEngine {
     /// `Unsupported`. Network work starts on the first poll.
     fn generate(&self, request: EngineRequest, cancel: CancellationToken) -> OutputStream {
         stream::generate(Arc::clone(&self.inner), request, cancel)
+    }
+
+    /// `"sglang"`: fleet control sends this engine SGLang's control calls only.
+    fn native_format(&self) -> Option<&'static str> {
+        Some(crate::FORMAT_NAME)
+    }
+
+    /// The call's method on `{base}{path}?{query}` with its body, unchanged; SGLang's own status,
+    /// `Content-Type` and body back (its 400 `{"success": false, …}` is an `Ok` reply), within
+    /// `call.timeout` and a 16 MiB answer (`genfront_engine_http::relay_control`).
+    fn control(&self, call: ControlCall) -> ControlFuture<'_> {
+        Box::pin(genfront_engine_http::relay_control(
+            &self.inner.http,
+            "SGLang",
+            &self.inner.base_url,
+            call,
+        ))
     }
 }
 
