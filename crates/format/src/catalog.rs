@@ -9,12 +9,91 @@ use crate::GenerateFormat;
 /// The shared path whose format `DYN_GENERATE_FORMAT` selects.
 pub const GENERATE_PATH: &str = "/generate";
 
-/// Settings a format constructor may read. Each field says which formats use it.
+/// The kind and default of one [`SettingSpec`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettingKind {
+    /// A switch: `--flag` alone means `true`; `--flag=false`/`--flag=0`/`no`/`off` and the env
+    /// forms (`true`/`false`, `1`/`0`, `yes`/`no`, `on`/`off`) are accepted as well.
+    Bool {
+        /// The value when neither the flag nor the env variable is given.
+        default: bool,
+    },
+    /// A non-negative integer (`u64`), e.g. a byte count.
+    Integer {
+        /// The value when neither the flag nor the env variable is given.
+        default: u64,
+    },
+}
+
+/// One setting a format contributes to the binary's command line: the binary turns every
+/// [`CatalogEntry::settings`] item into a `--<flag>` flag with environment variable `env` (the
+/// flag wins over the environment), and hands the values to every constructor as
+/// [`FormatSettings`]. Two entries may list the same setting (a format that extends another
+/// reuses its settings) only if the two specs are identical ([`Catalog::check`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SettingSpec {
+    /// Long flag name without the leading `--`, e.g. `sglang-incremental-streaming`; also the
+    /// key of the value in [`FormatSettings`]. Prefix it with the format's name.
+    pub flag: &'static str,
+    /// Environment variable, e.g. `GENFRONT_SGLANG_INCREMENTAL_STREAMING`.
+    pub env: &'static str,
+    /// One-paragraph `--help` text.
+    pub help: &'static str,
+    /// Kind and default.
+    pub kind: SettingKind,
+}
+
+/// A setting's value, as [`FormatSettings`] holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettingValue {
+    /// Of a [`SettingKind::Bool`] setting.
+    Bool(bool),
+    /// Of a [`SettingKind::Integer`] setting.
+    Integer(u64),
+}
+
+/// The values of the format-contributed settings ([`SettingSpec`]), keyed by flag name, handed
+/// to every format constructor. A setting without a value (not given, or a caller that builds
+/// formats without a command line, such as tests) reads as its spec's default. The shared crate
+/// knows no setting by name: each format declares and reads its own.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FormatSettings {
-    /// SGLang: stream in incremental mode (`--incremental-streaming-output`) instead of the
-    /// default cumulative mode.
-    pub incremental_streaming: bool,
+    values: std::collections::BTreeMap<&'static str, SettingValue>,
+}
+
+impl FormatSettings {
+    /// Record the value of the setting named `flag`.
+    pub fn set(&mut self, flag: &'static str, value: SettingValue) {
+        self.values.insert(flag, value);
+    }
+
+    /// `self` with `flag` set to `value` (builder form of [`FormatSettings::set`]).
+    #[must_use]
+    pub fn with(mut self, flag: &'static str, value: SettingValue) -> Self {
+        self.set(flag, value);
+        self
+    }
+
+    /// The value of a [`SettingKind::Bool`] setting: the recorded value, else the spec's
+    /// default (also when the recorded value has another kind, or the spec is not a switch:
+    /// `false`).
+    pub fn bool(&self, spec: &SettingSpec) -> bool {
+        match (self.values.get(spec.flag), spec.kind) {
+            (Some(SettingValue::Bool(b)), _) => *b,
+            (_, SettingKind::Bool { default }) => default,
+            (_, SettingKind::Integer { .. }) => false,
+        }
+    }
+
+    /// The value of a [`SettingKind::Integer`] setting: the recorded value, else the spec's
+    /// default (`0` for a spec that is not an integer).
+    pub fn integer(&self, spec: &SettingSpec) -> u64 {
+        match (self.values.get(spec.flag), spec.kind) {
+            (Some(SettingValue::Integer(n)), _) => *n,
+            (_, SettingKind::Integer { default }) => default,
+            (_, SettingKind::Bool { .. }) => 0,
+        }
+    }
 }
 
 /// One linked format: its name, aliases, native route and constructor.
@@ -30,7 +109,11 @@ pub struct CatalogEntry {
     pub native_methods: &'static [Method],
     /// Methods accepted when this format serves [`GENERATE_PATH`] through the selection.
     pub generate_methods: &'static [Method],
-    /// Builds the format.
+    /// The settings this format contributes to the binary's command line (flags and
+    /// environment names); their values reach [`CatalogEntry::build`].
+    pub settings: &'static [SettingSpec],
+    /// Builds the format. Its framing (SSE bytes, content types, the bodies of 404/405 and
+    /// other HTTP-level refusals) is [`GenerateFormat::framing`] of what it builds.
     pub build: fn(&FormatSettings) -> Arc<dyn GenerateFormat>,
 }
 
@@ -61,11 +144,38 @@ impl Catalog {
         self.entries.iter().map(|e| e.name).collect()
     }
 
-    /// Check that names and aliases are unique and the default exists.
+    /// Every entry's settings, each flag once, in catalog order (what the binary turns into
+    /// flags). A flag listed by two entries appears once ([`Catalog::check`] makes sure the two
+    /// specs are the same).
+    pub fn settings(&self) -> Vec<&'static SettingSpec> {
+        let mut out: Vec<&'static SettingSpec> = Vec::new();
+        for e in self.entries {
+            for s in e.settings {
+                if !out.iter().any(|o| o.flag == s.flag) {
+                    out.push(s);
+                }
+            }
+        }
+        out
+    }
+
+    /// Check that names and aliases are unique, the default exists, and a setting flag listed
+    /// by two entries is the same spec in both.
     ///
     /// # Errors
-    /// [`ConfigError::DuplicateFormat`] or [`ConfigError::UnknownFormat`].
+    /// [`ConfigError::DuplicateFormat`], [`ConfigError::UnknownFormat`] or
+    /// [`ConfigError::ConflictingSetting`].
     pub fn check(&self) -> Result<(), ConfigError> {
+        let mut specs: Vec<&SettingSpec> = Vec::new();
+        for s in self.entries.iter().flat_map(|e| e.settings.iter()) {
+            match specs.iter().find(|o| o.flag == s.flag || o.env == s.env) {
+                Some(o) if *o != s => {
+                    return Err(ConfigError::ConflictingSetting(s.flag.to_owned()));
+                }
+                Some(_) => {}
+                None => specs.push(s),
+            }
+        }
         let mut seen: Vec<String> = Vec::new();
         for e in self.entries {
             for n in std::iter::once(&e.name).chain(e.aliases.iter()) {
@@ -147,6 +257,9 @@ pub enum ConfigError {
     /// Two catalog entries share a name.
     #[error("duplicate format name `{0}` in the catalog")]
     DuplicateFormat(String),
+    /// Two catalog entries list a setting flag (or env name) with different specs.
+    #[error("setting `--{0}` is declared differently by two formats of the catalog")]
+    ConflictingSetting(String),
 }
 
 fn check_path(path: &str) -> Result<(), ConfigError> {

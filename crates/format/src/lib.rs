@@ -15,15 +15,17 @@
 
 mod catalog;
 mod error;
+mod framing;
 pub mod pd;
 pub mod pyrepr;
 
 use bytes::Bytes;
 pub use catalog::{
     Catalog, CatalogEntry, ConfigError, FormatSettings, GENERATE_PATH, Route, RouteConfig,
-    resolve_routes,
+    SettingKind, SettingSpec, SettingValue, resolve_routes,
 };
 pub use error::GenerateError;
+pub use framing::Framing;
 use genfront_protocol::{ControlAction, EngineInfo, EngineOutput, EngineRequest};
 use http::{HeaderMap, StatusCode};
 
@@ -225,6 +227,11 @@ pub struct ControlRoute {
 pub trait GenerateFormat: Send + Sync + 'static {
     /// Catalog name, e.g. `"sglang"`.
     fn name(&self) -> &'static str;
+
+    /// The format's [`Framing`]: SSE delimiters and terminator, content types, and the bodies of
+    /// the HTTP-level refusals the shared handler sends for its routes. The route serving
+    /// [`GENERATE_PATH`] also frames the app-wide 404/405 answers.
+    fn framing(&self) -> &'static Framing;
 
     /// Phase *parse/validate + project*: validate the native body and headers against the
     /// model's facts, and project it to engine requests.

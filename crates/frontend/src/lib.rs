@@ -6,7 +6,10 @@
 //! health code), SSE delivery with backpressure, cancellation on client disconnect (RAII: dropping the
 //! response body drops the engine streams, which aborts the work), abort-by-id endpoints, and the
 //! one error path that renders [`genfront_format::GenerateError`] in the format's native envelope.
-//! It contains no format-specific code.
+//! It contains no format-specific code: SSE delimiters and terminator, content types and the
+//! bodies of its own HTTP-level refusals (404, 405, a missing `Host`, oversized headers) are the
+//! format's [`genfront_format::Framing`] — the app-wide ones (404, 405, the strict-HTTP checks)
+//! those of the format serving the first route (`/generate`).
 //!
 //! # Limits (the handler's share; the serving loop in `genfront::serving` owns the connection
 //! limits, `genfront_engine_http::TimedEngine` the engine time limits)
@@ -42,6 +45,7 @@
 
 mod auth;
 mod caps;
+pub mod control;
 mod handler;
 mod ids;
 mod metrics;
@@ -61,7 +65,7 @@ pub use caps::{
     DEFAULT_MAX_STREAM_BYTES, DEFAULT_MAX_TOP_LOGPROBS,
 };
 use futures::StreamExt;
-use genfront_format::{AuxKind, Route};
+use genfront_format::{AuxKind, Framing, Route};
 use genfront_protocol::{EngineRequest, SamplingOptions, StopConditions};
 use genfront_router::RouteContext;
 pub use genfront_router::Router;
@@ -128,6 +132,16 @@ pub struct FrontendConfig {
     pub max_abort_ids: usize,
     /// API keys (`--api-key`, `--admin-api-key`); none: every route open (see [`ApiKeys`]).
     pub api_keys: ApiKeys,
+    /// How long a new request waits while every worker of its format is paused (fleet control)
+    /// before the retryable `paused` 503 (`--pause-wait`). Default 30 s.
+    pub pause_wait: Duration,
+    /// How long one worker may take to answer a fleet-control call (`--control-timeout`); a
+    /// worker that does not answer is reported as `timeout`. Default 300 s (weight loads are
+    /// slow).
+    pub control_timeout: Duration,
+    /// How long `DELETE /workers/{id}` lets the worker's in-flight requests finish before it is
+    /// removed (`--worker-drain-timeout`). Default 30 s.
+    pub drain_timeout: Duration,
 }
 
 impl Default for FrontendConfig {
@@ -147,6 +161,9 @@ impl Default for FrontendConfig {
             max_stream_bytes: DEFAULT_MAX_STREAM_BYTES,
             max_abort_ids: DEFAULT_MAX_ABORT_IDS,
             api_keys: ApiKeys::default(),
+            pause_wait: Duration::from_secs(30),
+            control_timeout: Duration::from_secs(300),
+            drain_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -205,12 +222,20 @@ impl AppState {
     }
 }
 
-fn json_detail(status: StatusCode, detail: &str) -> Response {
-    let body = serde_json::json!({ "detail": detail }).to_string();
-    let mut r = (status, body).into_response();
-    r.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    r
+fn native_response(r: genfront_format::NativeResponse) -> Response {
+    let mut resp = (r.status, r.body).into_response();
+    resp.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(r.content_type));
+    resp
+}
+
+/// An HTTP-level refusal in `framing`'s shape; without a format (an app with no routes) a bare
+/// status.
+fn refusal(framing: Option<&'static Framing>, status: StatusCode, message: &str) -> Response {
+    match framing {
+        Some(f) => native_response((f.http_error)(status, message)),
+        None => status.into_response(),
+    }
 }
 
 /// `GET /ready`: 200 only when every served format can be routed now (a worker is connected,
@@ -318,9 +343,16 @@ pub fn app(state: Arc<AppState>, routes: &[Route]) -> axum::Router {
         }
     }
     let formats: Arc<[&'static str]> = Arc::from(formats);
+    // App-wide answers (unknown path, wrong method, strict HTTP) in the framing of the format
+    // serving the first route (`/generate`).
+    let framing: Option<&'static Framing> = routes.first().map(|r| r.format.framing());
     let mut router = axum::Router::new()
-        // FastAPI's answers (both engines are FastAPI apps) instead of empty bodies.
-        .fallback(|| async { json_detail(StatusCode::NOT_FOUND, "Not Found") })
+        .fallback(move || async move {
+            match framing {
+                Some(f) => native_response((f.not_found)()),
+                None => StatusCode::NOT_FOUND.into_response(),
+            }
+        })
         .route("/health", get(|| async { "" }))
         .route("/ready", get(move || ready(st.clone(), formats.clone())))
         .route("/metrics", get(move || metrics_text(st2.clone())));
@@ -364,16 +396,13 @@ pub fn app(state: Arc<AppState>, routes: &[Route]) -> axum::Router {
                                 return *refused;
                             }
                             let Some(facts) = st.router.facts_for(name) else {
-                                return json_detail(
+                                return refusal(
+                                    Some(fmt.framing()),
                                     StatusCode::SERVICE_UNAVAILABLE,
                                     "no available workers",
                                 );
                             };
-                            let r = render(&facts);
-                            let mut resp = (r.status, r.body).into_response();
-                            resp.headers_mut()
-                                .insert(CONTENT_TYPE, HeaderValue::from_static(r.content_type));
-                            resp
+                            native_response(render(&facts))
                         }
                     }),
                 ),
@@ -402,21 +431,31 @@ pub fn app(state: Arc<AppState>, routes: &[Route]) -> axum::Router {
             }
         }
     }
+    router = control::mount(router, &state, routes);
     // Applies to the routes registered above, so it comes last.
-    router = router.method_not_allowed_fallback(|| async {
-        json_detail(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed")
+    router = router.method_not_allowed_fallback(move || async move {
+        match framing {
+            Some(f) => native_response((f.method_not_allowed)()),
+            None => StatusCode::METHOD_NOT_ALLOWED.into_response(),
+        }
     });
     // Every route, the fallbacks included.
-    router.layer(axum::middleware::from_fn_with_state(state, strict_http))
+    router.layer(axum::middleware::from_fn_with_state(
+        (state, framing),
+        strict_http,
+    ))
 }
 
 /// Strict HTTP on every route, before any handler: an HTTP/1.1 request without `Host` is a 400
 /// (RFC 9112 §3.2; hyper accepts it, the engines' uvicorn/h11 refuses it), and a request line +
-/// headers larger than [`FrontendConfig::max_header_bytes`] is a 431, both with FastAPI's
-/// `{"detail": …}` JSON body (the engines are FastAPI apps) and counted in
+/// headers larger than [`FrontendConfig::max_header_bytes`] is a 431, both in the first
+/// route's [`Framing::http_error`] shape and counted in
 /// `genfront_limit_hits_total{limit="host_required"|"max_header_bytes"}`.
 async fn strict_http(
-    axum::extract::State(state): axum::extract::State<Arc<AppState>>,
+    axum::extract::State((state, framing)): axum::extract::State<(
+        Arc<AppState>,
+        Option<&'static Framing>,
+    )>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
@@ -424,7 +463,8 @@ async fn strict_http(
         && !request.headers().contains_key(http::header::HOST)
     {
         state.metrics.limits().hit("host_required");
-        return json_detail(
+        return refusal(
+            framing,
             StatusCode::BAD_REQUEST,
             "Invalid HTTP request: an HTTP/1.1 request needs a Host header",
         );
@@ -432,7 +472,8 @@ async fn strict_http(
     let head = request_head_bytes(&request);
     if head > state.config.max_header_bytes {
         state.metrics.limits().hit("max_header_bytes");
-        return json_detail(
+        return refusal(
+            framing,
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             &format!(
                 "Request header fields too large: {head} bytes, the limit is {} (--max-header-bytes)",

@@ -1,19 +1,18 @@
-//! SSE delivery: the response body of a streaming request.
+//! SSE delivery: the response body of a streaming request. The bytes around each event and the
+//! stream's terminator are the format's ([`genfront_format::Framing`]).
 
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use futures::Stream;
 use futures::stream::{BoxStream, SelectAll, StreamExt};
 use genfront_format::{Assembler, GenerateError, GenerateFormat};
 
 use crate::handler::{RequestGuard, Tagged};
 use crate::metrics::LimitMetrics;
-
-const DONE: &[u8] = b"data: [DONE]\n\n";
 
 /// At most this many events are coalesced into one body chunk.
 const COALESCE_EVENTS: usize = 16;
@@ -33,7 +32,7 @@ pub(crate) struct SseBody {
     events: Vec<Bytes>,
     done: bool,
     guard: RequestGuard,
-    /// Bytes of events produced so far (with their `data: `/blank-line framing).
+    /// Bytes of events produced so far (with the format's framing).
     sent: u64,
     /// `--max-stream-bytes` and the counter of its hits.
     cap: (u64, LimitMetrics),
@@ -62,17 +61,7 @@ impl SseBody {
     }
 
     fn frame(&mut self, done: bool) -> Bytes {
-        let len: usize = self.events.iter().map(|e| e.len() + 8).sum::<usize>() + DONE.len();
-        let mut buf = BytesMut::with_capacity(len);
-        for e in self.events.drain(..) {
-            buf.put_slice(b"data: ");
-            buf.put_slice(&e);
-            buf.put_slice(b"\n\n");
-        }
-        if done {
-            buf.put_slice(DONE);
-        }
-        buf.freeze()
+        self.format.framing().frame_events(&mut self.events, done)
     }
 
     fn fail(&mut self, err: &GenerateError) -> Bytes {
@@ -119,9 +108,10 @@ impl Stream for SseBody {
                     }
                     // --max-stream-bytes: the events that would pass it are not sent; the
                     // stream ends with the error event, and dropping the body aborts the engine.
+                    let framing = this.format.framing();
                     let added: u64 = this.events[before..]
                         .iter()
-                        .map(|e| e.len() as u64 + 8)
+                        .map(|e| framing.event_len(e.len()) as u64)
                         .sum();
                     this.sent = this.sent.saturating_add(added);
                     if this.sent > this.cap.0 {

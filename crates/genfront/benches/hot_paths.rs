@@ -10,7 +10,7 @@ use std::hint::black_box;
 
 use bytes::Bytes;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use genfront_format::{FormatSettings, GenerateFormat, ParseInput, Prepared};
+use genfront_format::{GenerateFormat, ParseInput, Prepared};
 use genfront_protocol::{Candidate, EngineInfo, EngineOutput, FinishReason, TokenLogprob, Usage};
 use http::HeaderMap;
 use serde_json::json;
@@ -28,7 +28,7 @@ fn headers() -> HeaderMap {
 }
 
 fn sglang(incremental: bool) -> Box<dyn GenerateFormat> {
-    let f = genfront_sglang::SglangFormat::new(&FormatSettings {
+    let f = genfront_sglang::SglangFormat::new(&genfront_sglang::SglangSettings {
         incremental_streaming: incremental,
     });
     Box::new(f)

@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::builder::BoolishValueParser;
 use clap::{Args, Parser, Subcommand};
 pub use genfront_bench::args::parse_duration;
-use genfront_format::{FormatSettings, RouteConfig};
+use genfront_format::RouteConfig;
 use genfront_frontend::FrontendConfig;
 use genfront_mocker::{MockConfig, MockEngine, ScriptedFault};
 use genfront_protocol::Engine;
@@ -127,10 +127,10 @@ pub struct ServeArgs {
     /// Extra route `PATH=FORMAT` (repeatable; env: comma-separated).
     #[arg(long = "route", env = "GENFRONT_ROUTES", value_delimiter = ',', value_parser = parse_route, help_heading = "Routes")]
     pub routes: Vec<(String, String)>,
-    /// Stream SGLang responses in incremental mode (SGLang's `--incremental-streaming-output`)
-    /// instead of the default cumulative mode.
-    #[arg(long, env = "GENFRONT_SGLANG_INCREMENTAL_STREAMING", value_parser = BoolishValueParser::new(), num_args = 0..=1, default_value_t = false, default_missing_value = "true", help_heading = "Routes")]
-    pub sglang_incremental_streaming: bool,
+    /// The settings the linked formats declare (e.g. SGLang's `--sglang-incremental-streaming`,
+    /// env `GENFRONT_SGLANG_INCREMENTAL_STREAMING`): see [`crate::FormatArgs`].
+    #[command(flatten)]
+    pub format_settings: crate::FormatArgs,
 
     /// Engine worker (repeatable): `sglang=http://HOST:PORT`, `vllm=http://HOST:PORT` (the
     /// engine's native HTTP API, one hop) or `grpc://HOST:PORT` (a `genfront sidecar`).
@@ -534,9 +534,7 @@ impl ServeArgs {
         RouteConfig {
             generate_format: self.generate_format.clone(),
             extra_routes: self.routes.clone(),
-            settings: FormatSettings {
-                incremental_streaming: self.sglang_incremental_streaming,
-            },
+            settings: self.format_settings.0.clone(),
         }
     }
 
@@ -831,7 +829,11 @@ mod tests {
         assert_eq!(a.mock_count(), 1);
         let w = ServeArgs::parse_from(["serve", "--worker", "grpc://127.0.0.1:1"]);
         assert_eq!(w.mock_count(), 0);
-        assert!(!a.sglang_incremental_streaming);
+        assert!(
+            !a.format_settings
+                .0
+                .bool(&genfront_sglang::INCREMENTAL_STREAMING)
+        );
         assert!(a.max_concurrent_requests.is_none());
         let limits = a.conn_limits();
         assert_eq!(limits.header_read_timeout, Some(Duration::from_secs(30)));
@@ -897,7 +899,11 @@ mod tests {
         ]);
         assert_eq!(a.mock_count(), 2);
         assert_eq!(a.routes, vec![("/x".to_owned(), "vllm".to_owned())]);
-        assert!(a.sglang_incremental_streaming);
+        assert!(
+            a.format_settings
+                .0
+                .bool(&genfront_sglang::INCREMENTAL_STREAMING)
+        );
         assert_eq!(a.body_limit, 1024);
         assert_eq!(a.max_concurrent_requests, Some(4));
     }

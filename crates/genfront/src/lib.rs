@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-pub use catalog::CATALOG;
+pub use catalog::{CATALOG, FormatArgs};
 pub use config::{
     Cli, Command, ServeArgs, SidecarArgs, SidecarEngine, parse_byte_size, parse_duration,
 };

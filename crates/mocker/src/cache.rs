@@ -71,6 +71,14 @@ impl PrefixCache {
         u32::try_from(cached.min(prompt.len() - 1)).unwrap_or(u32::MAX)
     }
 
+    /// Drop every cached block (SGLang `/flush_cache`, vLLM `/reset_prefix_cache`, a weight
+    /// update): the next requests miss.
+    pub(crate) fn clear(&self) {
+        let mut lru = self.lru.lock().unwrap_or_else(PoisonError::into_inner);
+        lru.blocks.clear();
+        lru.by_age.clear();
+    }
+
     /// Number of cached blocks (for tests and metrics).
     pub(crate) fn len(&self) -> usize {
         self.lru
@@ -155,6 +163,17 @@ mod tests {
         assert_eq!(c.len(), 3);
         // `a`'s tail block went first; its head survived.
         assert_eq!(c.lookup_and_insert(0, &a), 2);
+    }
+
+    #[test]
+    fn clear_drops_every_block() {
+        let c = cache(4, 100);
+        let prompt: Vec<u32> = (0..10).collect();
+        c.lookup_and_insert(0, &prompt);
+        assert_eq!(c.len(), 2);
+        c.clear();
+        assert_eq!(c.len(), 0);
+        assert_eq!(c.lookup_and_insert(0, &prompt), 0);
     }
 
     #[test]

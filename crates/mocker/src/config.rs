@@ -48,6 +48,10 @@ pub struct MockConfig {
     /// the bootstrap room or returns `kv_transfer_params`); `Decode` accepts only decode legs
     /// (waits for its prefill's room, reports no prompt-side outputs).
     pub role: Option<genfront_protocol::PdRole>,
+    /// The weight-update failure knob at start (see
+    /// [`crate::MockEngine::set_update_weights_fail`]): `Some(message)` makes every weight update
+    /// fail with the engine's failure answer (an empty message: the engine's default text).
+    pub update_weights_fail: Option<String>,
 }
 
 /// Prefix cache settings: a bounded LRU of full prompt blocks shared by all requests of one engine.
@@ -141,6 +145,7 @@ impl Default for MockConfig {
             experts: ExpertsConfig::default(),
             faults: Vec::new(),
             role: None,
+            update_weights_fail: None,
         }
     }
 }

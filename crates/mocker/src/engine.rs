@@ -4,11 +4,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::stream;
-use genfront_protocol::{Engine, EngineError, EngineInfo, EngineRequest, OutputStream};
+use genfront_protocol::{
+    ControlCall, ControlFuture, Engine, EngineError, EngineInfo, EngineRequest, OutputStream,
+    PauseMode,
+};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::cache::PrefixCache;
+use crate::control::{self, ControlRecord, ControlState};
 use crate::model::Model;
 use crate::rooms::RoomWaiter;
 use crate::run::Run;
@@ -35,6 +39,15 @@ pub(crate) struct Shared {
     faults: Mutex<Vec<ScriptedFault>>,
     /// Where a decode leg waits for its bootstrap room (`None`: the process registry).
     pub(crate) room_waiter: Option<Arc<dyn RoomWaiter>>,
+    /// Fleet-control state: pause, weight version, failure knob, call log.
+    pub(crate) control: ControlState,
+}
+
+impl Shared {
+    /// Requests generating now (frozen ones included; held ones not).
+    pub(crate) fn counters_running(&self) -> u64 {
+        self.counters.running.load(Ordering::Acquire)
+    }
 }
 
 /// Request counters. Invariant: `started = running + completed + aborted + failed`, and
@@ -130,6 +143,7 @@ impl MockEngine {
         );
         let cache = PrefixCache::new(config.prefix_cache);
         let faults = Mutex::new(config.faults.clone());
+        let control = ControlState::new(config.update_weights_fail.clone());
         Self {
             shared: Arc::new(Shared {
                 config,
@@ -138,6 +152,7 @@ impl MockEngine {
                 counters: Counters::default(),
                 faults,
                 room_waiter,
+                control,
             }),
         }
     }
@@ -234,6 +249,46 @@ impl MockEngine {
     pub fn cached_blocks(&self) -> usize {
         self.shared.cache.len()
     }
+
+    /// The pause in force (`None`: generating). See [`Engine::control`].
+    pub fn pause_mode(&self) -> Option<PauseMode> {
+        self.shared.control.pause_mode()
+    }
+
+    /// Whether a pause is in force (new requests are held until a resume).
+    pub fn is_paused(&self) -> bool {
+        self.shared.control.is_paused()
+    }
+
+    /// The weight version set by a weight update or `SetWeightVersion`; `None` until then (the
+    /// engines then report `"default"`).
+    pub fn weight_version(&self) -> Option<String> {
+        self.shared.control.version().map(|v| v.to_string())
+    }
+
+    /// Turn the weight-update failure knob on (`Some(message)`; an empty message means the
+    /// engine's own default text) or off (`None`). While on, every weight update answers the
+    /// engine's failure (SGLang 400 `{"success":false,"message":…}`, vLLM 500) and leaves the
+    /// weight version unchanged, as the oracle's `update_weights_fail` config does.
+    pub fn set_update_weights_fail(&self, message: Option<String>) {
+        self.shared.control.set_update_fail(message);
+    }
+
+    /// The weight-update failure knob (see [`MockEngine::set_update_weights_fail`]).
+    pub fn update_weights_fail(&self) -> Option<String> {
+        self.shared.control.update_fail()
+    }
+
+    /// Every control call received so far, oldest first (at most
+    /// [`crate::CONTROL_LOG_CAPACITY`], the oldest dropped first).
+    pub fn control_log(&self) -> Vec<ControlRecord> {
+        self.shared.control.log()
+    }
+
+    /// Forget the recorded control calls.
+    pub fn clear_control_log(&self) {
+        self.shared.control.clear_log();
+    }
 }
 
 impl Default for MockEngine {
@@ -287,6 +342,15 @@ impl Engine for MockEngine {
         }
         Run::new(Arc::clone(&self.shared), request, cancel, fault).into_stream()
     }
+
+    /// Acts on [`ControlCall::action`] and answers in the native shape of
+    /// [`ControlCall::format`] (`"sglang"` or `"vllm"`; another format is `Unsupported`). See
+    /// the crate docs' "Fleet control" for the answers and the pause semantics. A `Pause` with
+    /// `abort` or `wait` waits (within `call.timeout`, on the tokio timer) for the requests in
+    /// flight to end: `Timeout` when they do not.
+    fn control(&self, call: ControlCall) -> ControlFuture<'_> {
+        Box::pin(control::control(&self.shared, call))
+    }
 }
 
 // === impl RunGuard ===
@@ -319,7 +383,9 @@ impl Drop for RunGuard {
         };
         // Count the outcome first, so `running() == 0` implies the outcome is visible.
         counter.fetch_add(1, Ordering::Relaxed);
-        c.running.fetch_sub(1, Ordering::Relaxed);
+        if c.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.shared.control.idle.notify_waiters();
+        }
     }
 }
 

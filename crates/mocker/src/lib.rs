@@ -37,6 +37,15 @@
 //!   `FinishReason::Cancelled { message: "Aborted" }`, promptly even while sleeping; dropping the
 //!   stream stops all work (no task is spawned). Counters ([`MockEngine::running`],
 //!   [`MockEngine::aborted`], …) are kept by an RAII guard inside the stream.
+//! - **Fleet control** ([`genfront_protocol::Engine::control`]): pause (`abort` ends in-flight
+//!   requests with `Cancelled { "Aborted" }` after their partial tokens; `in_place` / `retract` /
+//!   `keep` freeze them; `wait` answers once they finished), resume, cache flush, weight updates
+//!   and versions, answered in the native bodies of the call's format (SGLang or vLLM). While
+//!   paused, new requests are held before they start. Once a weight version is set, outputs
+//!   carry it in `engine_data` (SGLang's `meta_info.weight_version`, vLLM's `weight_versions`
+//!   spans). A failure knob ([`MockEngine::set_update_weights_fail`]) makes weight updates fail
+//!   natively, and every call is logged ([`MockEngine::control_log`], [`ControlRecord`]). The
+//!   answers and the rules, with their engine sources, are in [`control`].
 //!
 //! ```
 //! use futures::StreamExt;
@@ -67,6 +76,7 @@
 
 mod cache;
 mod config;
+pub mod control;
 mod engine;
 mod fault;
 mod hash;
@@ -76,6 +86,7 @@ mod run;
 mod validate;
 
 pub use config::{ExpertsConfig, MockConfig, MockConfigError, PrefixCacheConfig};
+pub use control::{CONTROL_LOG_CAPACITY, ControlRecord, SGLANG_FLUSH_CACHE_TEXT};
 pub use engine::{MockEngine, MockStats};
 pub use fault::{
     DEFAULT_FAULT_MESSAGE, FaultAction, FaultTrigger, ParseFaultError, ScriptedFault, parse_kind,

@@ -3,9 +3,11 @@
 //! No task is spawned: the stream computes each item when the consumer polls it, so dropping the
 //! stream stops all work at once and memory stays bounded by one item (plus prompt-sized data).
 //!
-//! Phases: `Start` (count, consult the prefix cache) → `Sleep(TTFT)` → `Boundary` (scripted faults
-//! fire here) → `Emit` (one item per unfinished choice) → `Sleep(ITL)` → `Boundary` → … → `Done`.
-//! Cancellation at any point leads to `Cancel`, which ends every unfinished choice.
+//! Phases: `Start` (held first while the engine is paused; then count, consult the prefix cache)
+//! → `Sleep(TTFT)` → `Boundary` (a freezing pause holds the run here; scripted faults fire here)
+//! → `Emit` (one item per unfinished choice) → `Sleep(ITL)` → `Boundary` → … → `Done`.
+//! Cancellation at any point, or the engine's halt token (a pause with `abort`), leads to
+//! `Cancel`, which ends every unfinished choice.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::FaultAction;
 use crate::cache::cache_salt;
+use crate::control::VersionView;
 use crate::engine::{Outcome, RunGuard, Shared};
 use crate::hash::{combine, tag, unit};
 use crate::model::{Model, Sampler};
@@ -35,6 +38,10 @@ pub(crate) struct Run {
     shared: Arc<Shared>,
     req: EngineRequest,
     cancel: CancellationToken,
+    /// The engine's halt token taken when the request was admitted: a pause with `abort` fires it.
+    halt: CancellationToken,
+    /// The weight version outputs report (once one was set).
+    version: VersionView,
     /// A mid-stream fault still to fire.
     fault: Option<FaultAction>,
     sampler: Sampler,
@@ -76,6 +83,9 @@ struct Choice {
     sample_key: u64,
     generated: u32,
     finished: bool,
+    /// vLLM-style weight-version spans of this choice's tokens: `(version, start, end)`,
+    /// half-open output indices. Kept only once a version was set.
+    spans: Vec<(String, u32, u32)>,
 }
 
 #[derive(Debug)]
@@ -132,7 +142,10 @@ impl Run {
         }
         suppressed.sort_unstable();
         suppressed.dedup();
+        let halt = shared.control.halt_token();
         Self {
+            halt,
+            version: VersionView::default(),
             sampler: Sampler::new(&req.sampling),
             suppressed,
             stop_ids,
@@ -169,7 +182,23 @@ impl Run {
     async fn next_item(&mut self) -> Option<Result<EngineOutput, EngineError>> {
         loop {
             match std::mem::replace(&mut self.phase, Phase::Done) {
-                Phase::Start => self.start(),
+                Phase::Start => {
+                    if self.shared.control.is_paused() && !self.halt.is_cancelled() {
+                        // Held before it starts while the engine is paused, as SGLang's
+                        // `is_pause_cond` and vLLM's `AsyncLLM` hold new requests.
+                        let shared = Arc::clone(&self.shared);
+                        let resumed = tokio::select! {
+                            biased;
+                            () = self.cancel.cancelled() => false,
+                            () = shared.control.unpaused() => true,
+                        };
+                        if resumed {
+                            // Admitted now: only a later abort-all ends it.
+                            self.halt = shared.control.halt_token();
+                        }
+                    }
+                    self.start();
+                }
                 Phase::WaitRoom(room) => {
                     let wait: futures::future::BoxFuture<'static, RoomState> =
                         match &self.shared.room_waiter {
@@ -179,6 +208,7 @@ impl Run {
                     let state = tokio::select! {
                         biased;
                         () = self.cancel.cancelled() => None,
+                        () = self.halt.cancelled() => None,
                         s = wait => Some(s),
                     };
                     match state {
@@ -202,9 +232,25 @@ impl Run {
                     };
                 }
                 Phase::Boundary => {
-                    if self.cancel.is_cancelled() {
+                    if self.stopped() {
                         self.phase = Phase::Cancel;
                         continue;
+                    }
+                    if self.shared.control.is_frozen() {
+                        // A pause that keeps requests (in_place, retract, keep): no token until
+                        // the resume, after which step timing restarts from then.
+                        let shared = Arc::clone(&self.shared);
+                        let resumed = tokio::select! {
+                            biased;
+                            () = self.cancel.cancelled() => false,
+                            () = self.halt.cancelled() => false,
+                            () = shared.control.unfrozen() => true,
+                        };
+                        if !resumed {
+                            self.phase = Phase::Cancel;
+                            continue;
+                        }
+                        self.deadline = None;
                     }
                     if let Some(error) = self.boundary() {
                         self.settle(Outcome::Failed);
@@ -212,7 +258,7 @@ impl Run {
                     }
                 }
                 Phase::Emit => {
-                    if self.cancel.is_cancelled() {
+                    if self.stopped() {
                         self.phase = Phase::Cancel;
                         continue;
                     }
@@ -229,7 +275,11 @@ impl Run {
                     self.phase = Phase::Sleep(self.shared.config.itl());
                 }
                 Phase::Stall => {
-                    self.cancel.cancelled().await;
+                    tokio::select! {
+                        biased;
+                        () = self.cancel.cancelled() => {}
+                        () = self.halt.cancelled() => {}
+                    }
                     self.phase = Phase::Cancel;
                 }
                 Phase::Cancel => {
@@ -277,6 +327,7 @@ impl Run {
                 sample_key: combine(combine(seed_key, u64::from(i) + copy), tag::SAMPLE),
                 generated: 0,
                 finished: false,
+                spans: Vec::new(),
             })
             .collect();
         let uncached = self.prompt_len - self.cached;
@@ -299,8 +350,52 @@ impl Run {
         tokio::select! {
             biased;
             () = self.cancel.cancelled() => false,
+            () = self.halt.cancelled() => false,
             () = tokio::time::sleep_until(deadline) => true,
         }
+    }
+
+    /// Whether the request was cancelled or the engine aborted everything.
+    fn stopped(&self) -> bool {
+        self.cancel.is_cancelled() || self.halt.is_cancelled()
+    }
+
+    /// The weight-version part of choice `i`'s item (see the crate docs' "Fleet control"):
+    /// `None` while no version was ever set. `token` tells whether the item carries a new
+    /// token (extending the choice's spans); `last` whether it ends the choice (then the spans
+    /// go along as vLLM's `weight_versions`).
+    fn version_frame(&mut self, i: usize, token: bool, last: bool) -> Option<serde_json::Value> {
+        if !self.shared.control.refresh(&mut self.version) {
+            return None;
+        }
+        let name = self.version.name();
+        let choice = &mut self.choices[i];
+        if token {
+            let at = choice.generated.saturating_sub(1);
+            match choice.spans.last_mut() {
+                Some((v, _, end)) if v == name && *end == at => *end = at + 1,
+                _ => choice.spans.push((name.to_owned(), at, at + 1)),
+            }
+        }
+        let mut frame = serde_json::json!({"meta_info": {"weight_version": name}});
+        if last {
+            let spans: Vec<serde_json::Value> = if choice.spans.is_empty() {
+                vec![serde_json::json!({"version": name, "start": 0, "end": choice.generated})]
+            } else {
+                // Tokens made before the first version was set count as "default".
+                let first = choice.spans.first().map_or(0, |s| s.1);
+                let lead = (first > 0).then(|| {
+                    serde_json::json!({"version": crate::control::DEFAULT_WEIGHT_VERSION, "start": 0, "end": first})
+                });
+                lead.into_iter()
+                    .chain(choice.spans.iter().map(|(v, start, end)| {
+                        serde_json::json!({"version": v, "start": start, "end": end})
+                    }))
+                    .collect()
+            };
+            frame["weight_versions"] = serde_json::Value::Array(spans);
+        }
+        Some(frame)
     }
 
     /// At a step boundary: fire a due scripted fault, or go on emitting. Returns the error to
@@ -366,6 +461,7 @@ impl Run {
             out.finish_reason = Some(FinishReason::Length { length: 0 });
             out.usage = Some(usage(self.prompt_len, self.cached, 0));
             out.handoff = self.kv_handoff();
+            out.engine_data = self.version_frame(i, false, true);
             return out;
         }
 
@@ -414,9 +510,11 @@ impl Run {
         };
         choice.finished = out.finish_reason.is_some();
         out.usage = Some(usage(self.prompt_len, self.cached, choice.generated));
-        if choice.finished {
+        let finished = choice.finished;
+        if finished {
             out.handoff = self.kv_handoff();
         }
+        out.engine_data = self.version_frame(i, true, finished);
         out
     }
 
@@ -473,6 +571,7 @@ impl Run {
             index: u32::try_from(i).unwrap_or(u32::MAX),
             finish_reason: Some(reason),
             usage: Some(self.usage(i)),
+            engine_data: self.version_frame(i, false, true),
             ..EngineOutput::default()
         };
         self.settle_if_all_finished(outcome);

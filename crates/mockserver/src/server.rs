@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use axum::Router;
-use genfront_format::{FormatSettings, GenerateFormat, Route};
+use genfront_format::{GenerateFormat, Route};
 use genfront_frontend::{AppState, FrontendConfig};
 use genfront_mocker::{MockConfigError, MockEngine};
 use genfront_protocol::Engine;
@@ -94,7 +94,7 @@ impl MockServer {
                     .with_engine_role(role),
             ),
             Api::Sglang => Arc::new(
-                genfront_sglang::SglangFormat::new(&FormatSettings {
+                genfront_sglang::SglangFormat::new(&genfront_sglang::SglangSettings {
                     incremental_streaming: args.incremental_streaming,
                 })
                 .with_engine_role(role),

@@ -37,8 +37,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use genfront_format::{
-    CONTENT_TYPE_JSON, CONTENT_TYPE_SSE, FormatSettings, GenerateError, GenerateFormat, ParseInput,
-    Prepared,
+    CONTENT_TYPE_JSON, CONTENT_TYPE_SSE, GenerateError, GenerateFormat, ParseInput, Prepared,
 };
 use genfront_protocol::{
     Candidate, EngineInfo, EngineOutput, EngineRequest, Fault, FinishReason, PdRole,
@@ -864,7 +863,7 @@ fn engine(g: &mut G) -> EngineInfo {
 }
 
 fn format(g: &mut G) -> SglangFormat {
-    let f = SglangFormat::new(&FormatSettings {
+    let f = SglangFormat::new(&genfront_sglang::SglangSettings {
         incremental_streaming: g.chance(0.5),
     });
     match g.below(10) {

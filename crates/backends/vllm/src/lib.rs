@@ -168,6 +168,7 @@ mod client;
 mod errors;
 mod features;
 mod fields;
+mod framing;
 mod logprobs;
 mod npy;
 mod project;
@@ -180,13 +181,14 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use genfront_format::{
-    AbortRoute, AuxKind, AuxRoute, CatalogEntry, FormatSettings, GenerateError, GenerateFormat,
-    NativeResponse, ParseInput, Prepared, Rejection, SubRequest,
+    AbortRoute, AuxKind, AuxRoute, CatalogEntry, FormatSettings, Framing, GenerateError,
+    GenerateFormat, NativeResponse, ParseInput, Prepared, Rejection, SubRequest,
 };
 use genfront_protocol::EngineInfo;
 use http::{Method, StatusCode};
 
 pub use abort::{ABORT_PATH, parse_abort};
+pub use framing::FRAMING;
 pub use request::{REQUEST_KEYS, SAMPLING_KEYS, STRUCTURED_OUTPUT_KEYS};
 
 /// How one key of vLLM's `GenerateRequest` schema reaches an engine that is not vLLM (an SGLang
@@ -268,6 +270,7 @@ pub const CATALOG_ENTRY: CatalogEntry = CatalogEntry {
     native_path: GENERATE_PATH,
     native_methods: &[Method::POST],
     generate_methods: &[Method::POST],
+    settings: &[],
     build,
 };
 
@@ -442,6 +445,10 @@ static PD_MERGE: std::sync::LazyLock<std::sync::Arc<dyn genfront_protocol::PdMer
 impl GenerateFormat for VllmFormat {
     fn name(&self) -> &'static str {
         FORMAT_NAME
+    }
+
+    fn framing(&self) -> &'static Framing {
+        &FRAMING
     }
 
     /// Parse, validate and project one `/inference/v1/generate` request.

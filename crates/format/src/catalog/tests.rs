@@ -21,7 +21,30 @@ impl GenerateFormat for Dummy {
     fn stream_error_event(&self, _: &GenerateError) -> Bytes {
         Bytes::new()
     }
+    fn framing(&self) -> &'static crate::Framing {
+        &FRAMING
+    }
 }
+
+fn refusal(status: StatusCode, _: &str) -> NativeResponse {
+    NativeResponse::json(status, Bytes::new())
+}
+fn not_found() -> NativeResponse {
+    refusal(StatusCode::NOT_FOUND, "")
+}
+fn method_not_allowed() -> NativeResponse {
+    refusal(StatusCode::METHOD_NOT_ALLOWED, "")
+}
+static FRAMING: crate::Framing = crate::Framing {
+    sse_prefix: b"data: ",
+    sse_suffix: b"\n\n",
+    sse_done: b"",
+    sse_content_type: "text/event-stream",
+    json_content_type: "application/json",
+    not_found,
+    method_not_allowed,
+    http_error: refusal,
+};
 
 fn a(_: &FormatSettings) -> Arc<dyn GenerateFormat> {
     Arc::new(Dummy("a"))
@@ -30,6 +53,19 @@ fn b(_: &FormatSettings) -> Arc<dyn GenerateFormat> {
     Arc::new(Dummy("b"))
 }
 
+const SWITCH: SettingSpec = SettingSpec {
+    flag: "a-switch",
+    env: "A_SWITCH",
+    help: "a switch",
+    kind: SettingKind::Bool { default: true },
+};
+const COUNT: SettingSpec = SettingSpec {
+    flag: "b-count",
+    env: "B_COUNT",
+    help: "a count",
+    kind: SettingKind::Integer { default: 7 },
+};
+
 static ENTRIES: &[CatalogEntry] = &[
     CatalogEntry {
         name: "a",
@@ -37,6 +73,7 @@ static ENTRIES: &[CatalogEntry] = &[
         native_path: "/generate",
         native_methods: &[Method::POST, Method::PUT],
         generate_methods: &[Method::POST, Method::PUT],
+        settings: &[SWITCH],
         build: a,
     },
     CatalogEntry {
@@ -45,6 +82,7 @@ static ENTRIES: &[CatalogEntry] = &[
         native_path: "/b/generate",
         native_methods: &[Method::POST],
         generate_methods: &[Method::POST],
+        settings: &[SWITCH, COUNT],
         build: b,
     },
 ];
@@ -160,4 +198,57 @@ fn catalog_names_must_be_unique() {
         default_generate: "a",
     };
     assert_eq!(c.check(), Err(ConfigError::DuplicateFormat("a".into())));
+}
+
+#[test]
+fn settings_are_listed_once_and_read_with_their_defaults() {
+    CATALOG.check().expect("consistent");
+    let flags: Vec<&str> = CATALOG.settings().iter().map(|s| s.flag).collect();
+    assert_eq!(flags, vec!["a-switch", "b-count"]);
+    let none = FormatSettings::default();
+    assert!(none.bool(&SWITCH));
+    assert_eq!(none.integer(&COUNT), 7);
+    let set = FormatSettings::default()
+        .with("a-switch", SettingValue::Bool(false))
+        .with("b-count", SettingValue::Integer(3));
+    assert!(!set.bool(&SWITCH));
+    assert_eq!(set.integer(&COUNT), 3);
+}
+
+#[test]
+fn one_flag_with_two_specs_is_refused() {
+    const OTHER: SettingSpec = SettingSpec {
+        flag: "a-switch",
+        env: "A_SWITCH",
+        help: "a switch",
+        kind: SettingKind::Bool { default: false },
+    };
+    static CLASH: &[CatalogEntry] = &[
+        CatalogEntry {
+            name: "a",
+            aliases: &[],
+            native_path: "/generate",
+            native_methods: &[Method::POST],
+            generate_methods: &[Method::POST],
+            settings: &[SWITCH],
+            build: a,
+        },
+        CatalogEntry {
+            name: "b",
+            aliases: &[],
+            native_path: "/b",
+            native_methods: &[Method::POST],
+            generate_methods: &[Method::POST],
+            settings: &[OTHER],
+            build: b,
+        },
+    ];
+    let c = Catalog {
+        entries: CLASH,
+        default_generate: "a",
+    };
+    assert_eq!(
+        c.check(),
+        Err(ConfigError::ConflictingSetting("a-switch".to_owned()))
+    );
 }

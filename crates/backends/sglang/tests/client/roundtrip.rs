@@ -3,7 +3,7 @@
 //! genfront's SGLang format on an SGLang engine equal to the engine's own answer.
 
 use bytes::Bytes;
-use genfront_format::{FormatSettings, GenerateFormat, ParseInput, Prepared};
+use genfront_format::{GenerateFormat, ParseInput, Prepared};
 use genfront_protocol::{
     Candidate, EngineInfo, EngineOutput, EngineRequest, FinishReason, PromptLogprobs,
     RoutedExperts, StopMatch, TokenLogprob, Usage,
@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 /// The SGLang format's projection of `body` (panics on rejection).
 pub fn prepare(body: &Value, info: &EngineInfo, incremental: bool) -> Prepared {
-    let format = SglangFormat::new(&FormatSettings {
+    let format = SglangFormat::new(&genfront_sglang::SglangSettings {
         incremental_streaming: incremental,
     });
     let headers = HeaderMap::new();

@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 use genfront_format::{
-    FormatSettings, GenerateError, GenerateFormat, NativeResponse, ParseInput, Prepared, Rejection,
+    GenerateError, GenerateFormat, NativeResponse, ParseInput, Prepared, Rejection,
 };
 use genfront_protocol::{
     Candidate, EngineInfo, EngineOutput, EngineRequest, FinishReason, PromptLogprobs,
@@ -22,7 +22,7 @@ pub fn engine() -> EngineInfo {
 }
 
 pub fn format(incremental: bool) -> SglangFormat {
-    SglangFormat::new(&FormatSettings {
+    SglangFormat::new(&genfront_sglang::SglangSettings {
         incremental_streaming: incremental,
     })
 }

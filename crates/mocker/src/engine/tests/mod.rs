@@ -2,6 +2,7 @@
 
 mod basics;
 mod cancel;
+mod control;
 mod faults;
 mod logprobs;
 mod properties;
