@@ -477,10 +477,14 @@ async fn dispatch(
             state.config.max_stream_bytes,
             state.metrics.limits().clone(),
         );
+        let framing = format.framing();
         let body = SseBody::new(outputs, Some(first), assembler, format, guard, cap);
         let mut resp = Response::new(Body::from_stream(body));
         let h = resp.headers_mut();
-        h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+        h.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static(framing.sse_content_type),
+        );
         h.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
         if let Some(v) = worker_header {
             h.insert(X_GENFRONT_WORKER.clone(), v);

@@ -88,6 +88,7 @@ pub mod client;
 mod control;
 mod errors;
 mod flat;
+mod framing;
 mod item;
 mod json;
 mod pyfmt;
@@ -99,8 +100,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use genfront_format::{
-    AbortRoute, AuxKind, AuxRoute, CatalogEntry, FormatSettings, GenerateError, GenerateFormat,
-    NativeResponse, ParseInput, Prepared, Rejection, SubRequest,
+    AbortRoute, AuxKind, AuxRoute, CatalogEntry, FormatSettings, Framing, GenerateError,
+    GenerateFormat, NativeResponse, ParseInput, Prepared, Rejection, SettingKind, SettingSpec,
+    SubRequest,
 };
 use genfront_protocol::EngineInfo;
 use http::{Method, StatusCode};
@@ -108,6 +110,7 @@ use http::{Method, StatusCode};
 pub use abort::parse_abort;
 pub use client::{SglangEngine, SglangEngineOptions};
 pub use control::CONTROL_ROUTES;
+pub use framing::FRAMING;
 pub use item::{EMBEDS_UNSUPPORTED, TEXT_UNSUPPORTED};
 pub use request::REQUEST_KEYS;
 pub use sampling::SAMPLING_KEYS;
@@ -190,19 +193,50 @@ pub const MAX_FANOUT_UNKNOWN: u32 = 4096;
 
 static METHODS: [Method; 2] = [Method::POST, Method::PUT];
 
+/// `--sglang-incremental-streaming` (env `GENFRONT_SGLANG_INCREMENTAL_STREAMING`, default off):
+/// stream in SGLang's `--incremental-streaming-output` mode instead of the default cumulative
+/// mode. The one setting this format contributes to the binary ([`CATALOG_ENTRY`]`.settings`).
+pub const INCREMENTAL_STREAMING: SettingSpec = SettingSpec {
+    flag: "sglang-incremental-streaming",
+    env: "GENFRONT_SGLANG_INCREMENTAL_STREAMING",
+    help: "Stream SGLang responses in incremental mode (SGLang's `--incremental-streaming-output`) instead of the default cumulative mode.",
+    kind: SettingKind::Bool { default: false },
+};
+
+/// The settings of this format, read from the binary's [`FormatSettings`]
+/// ([`SglangSettings::from_format_settings`]) or built directly (the mock server, tests).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SglangSettings {
+    /// [`INCREMENTAL_STREAMING`]: each SSE chunk carries only the new output items.
+    pub incremental_streaming: bool,
+}
+
+impl SglangSettings {
+    /// This format's values out of the binary's settings (defaults for those not given).
+    pub fn from_format_settings(settings: &FormatSettings) -> Self {
+        Self {
+            incremental_streaming: settings.bool(&INCREMENTAL_STREAMING),
+        }
+    }
+}
+
 /// The catalog entry: name `sglang`, native path `/generate`, `POST` and `PUT` (the newest SGLang
-/// server accepts both) on the native path and when selected for `/generate`.
+/// server accepts both) on the native path and when selected for `/generate`; its one setting
+/// is [`INCREMENTAL_STREAMING`].
 pub const CATALOG_ENTRY: CatalogEntry = CatalogEntry {
     name: FORMAT_NAME,
     aliases: &[],
     native_path: NATIVE_PATH,
     native_methods: &METHODS,
     generate_methods: &METHODS,
+    settings: &[INCREMENTAL_STREAMING],
     build,
 };
 
 fn build(settings: &FormatSettings) -> Arc<dyn GenerateFormat> {
-    Arc::new(SglangFormat::new(settings))
+    Arc::new(SglangFormat::new(&SglangSettings::from_format_settings(
+        settings,
+    )))
 }
 
 /// SGLang's auxiliary `GET` routes: model info (`/get_model_info`, deprecated, and `/model_info`),
@@ -352,8 +386,8 @@ pub struct SglangFormat {
 }
 
 impl SglangFormat {
-    /// A format configured from the frontend's settings.
-    pub fn new(settings: &FormatSettings) -> Self {
+    /// A format with these settings.
+    pub fn new(settings: &SglangSettings) -> Self {
         Self {
             incremental_streaming: settings.incremental_streaming,
             engine_role: None,
@@ -391,6 +425,10 @@ static PD_MERGE: std::sync::LazyLock<std::sync::Arc<dyn genfront_protocol::PdMer
 impl GenerateFormat for SglangFormat {
     fn name(&self) -> &'static str {
         FORMAT_NAME
+    }
+
+    fn framing(&self) -> &'static Framing {
+        &FRAMING
     }
 
     /// Validate like SGLang (pydantic types → 400 flat envelope; `ValueError`s → 400
