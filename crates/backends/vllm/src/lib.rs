@@ -165,6 +165,7 @@
 mod abort;
 mod assemble;
 mod client;
+mod control;
 mod errors;
 mod features;
 mod fields;
@@ -188,6 +189,7 @@ use genfront_protocol::EngineInfo;
 use http::{Method, StatusCode};
 
 pub use abort::{ABORT_PATH, parse_abort};
+pub use control::CONTROL_ROUTES;
 pub use framing::FRAMING;
 pub use request::{REQUEST_KEYS, SAMPLING_KEYS, STRUCTURED_OUTPUT_KEYS};
 
@@ -481,6 +483,13 @@ impl GenerateFormat for VllmFormat {
     /// `GET /v1/models`.
     fn aux_routes(&self) -> &'static [AuxRoute] {
         &AUX_ROUTES
+    }
+
+    /// vLLM's pause/resume, prefix-cache reset and weight-version routes ([`CONTROL_ROUTES`];
+    /// mounted by vLLM only with `VLLM_SERVER_DEV_MODE=1`; the refusals are in the `control`
+    /// module docs).
+    fn control_routes(&self) -> &'static [genfront_format::ControlRoute] {
+        &CONTROL_ROUTES
     }
 
     /// P/D answers merged by the declared rules in `pd_rules.json` (prompt logprobs, prompt rows

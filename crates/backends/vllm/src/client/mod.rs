@@ -4,7 +4,10 @@
 //! Layout: `body` (request → upstream body), `run` (the output stream: send, read, cancel),
 //! `decode` (chunks → deltas), `errors` (error events → [`EngineError`]). The HTTP transport
 //! (client, SSE splitting, upstream status → [`EngineError`], probes, abort-on-drop, cancel
-//! grace) is `genfront-engine-http`'s.
+//! grace) is `genfront-engine-http`'s, and so is the fleet-control relay: [`Engine::control`]
+//! sends a control call (`/pause`, `/resume`, `/is_paused`, `/reset_prefix_cache`, …; see the
+//! crate's `control` module) to the server unchanged and returns vLLM's own status and body;
+//! [`Engine::native_format`] is `"vllm"`.
 
 mod body;
 mod decode;
@@ -16,7 +19,8 @@ use std::time::Duration;
 
 use genfront_engine_http::ClientOptions;
 use genfront_protocol::{
-    Engine, EngineError, EngineInfo, EngineRequest, ErrorKind, OutputStream, ProbeFuture,
+    ControlCall, ControlFuture, Engine, EngineError, EngineInfo, EngineRequest, ErrorKind,
+    OutputStream, ProbeFuture,
 };
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -270,6 +274,23 @@ impl Engine for VllmEngine {
             ),
             Err(error) => run::failed(error),
         }
+    }
+
+    /// `"vllm"`: fleet control sends this engine vLLM's control calls only.
+    fn native_format(&self) -> Option<&'static str> {
+        Some(crate::FORMAT_NAME)
+    }
+
+    /// The call's method on `{base}{path}?{query}` with its body, unchanged; vLLM's own status,
+    /// `Content-Type` and body back (an error status is an `Ok` reply), within `call.timeout`
+    /// and a 16 MiB answer (`genfront_engine_http::relay_control`).
+    fn control(&self, call: ControlCall) -> ControlFuture<'_> {
+        Box::pin(genfront_engine_http::relay_control(
+            &self.inner.shared.http,
+            "vLLM",
+            &self.inner.base_url,
+            call,
+        ))
     }
 }
 
