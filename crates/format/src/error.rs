@@ -64,6 +64,11 @@ pub enum GenerateError {
         /// in the message; `None` when no aggregated worker (nor pair) can take the request.
         role: Option<&'static str>,
     },
+    /// Every worker that could take the request is paused (fleet control) and none resumed
+    /// within `--pause-wait`. 503 with `Retry-After`; machine-readable code `paused`, and the
+    /// envelope says `"retryable": true`.
+    #[error("paused")]
+    Paused,
     /// The engine failed (see [`EngineError`] for which messages are public).
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -90,7 +95,7 @@ impl GenerateError {
             GenerateError::NotFound { .. } => StatusCode::NOT_FOUND,
             GenerateError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             GenerateError::Http { status, .. } => *status,
-            GenerateError::Overloaded | GenerateError::NoEngine { .. } => {
+            GenerateError::Overloaded | GenerateError::NoEngine { .. } | GenerateError::Paused => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             GenerateError::Engine(e) => match e.kind {
@@ -124,7 +129,9 @@ impl GenerateError {
             | GenerateError::NotFound { .. }
             | GenerateError::PayloadTooLarge { .. }
             | GenerateError::Http { .. } => Fault::Client,
-            GenerateError::Overloaded | GenerateError::NoEngine { .. } => Fault::Engine,
+            GenerateError::Overloaded | GenerateError::NoEngine { .. } | GenerateError::Paused => {
+                Fault::Engine
+            }
             GenerateError::Engine(e) => e.kind.fault(),
             GenerateError::Internal(_) => Fault::Frontend,
         }
@@ -146,6 +153,7 @@ impl GenerateError {
             },
             GenerateError::Overloaded => "overloaded",
             GenerateError::NoEngine { .. } => "no_available_workers",
+            GenerateError::Paused => "paused",
             GenerateError::Engine(e) => match e.kind {
                 ErrorKind::InvalidArgument => "engine_invalid_argument",
                 ErrorKind::Unsupported => "unsupported",
@@ -179,6 +187,9 @@ impl GenerateError {
             GenerateError::NoEngine { role: Some(role) } => Cow::Owned(format!(
                 "No available {role} workers: a prefill/decode pair needs one and none can take this request now. Please try again later."
             )),
+            GenerateError::Paused => Cow::Borrowed(
+                "Generation is paused on every worker that can take this request (fleet control). Please try again later.",
+            ),
             GenerateError::Engine(e) => match e.kind {
                 ErrorKind::InvalidArgument | ErrorKind::Unsupported => Cow::Borrowed(&e.message),
                 ErrorKind::Unavailable | ErrorKind::StreamIncomplete => {
@@ -200,7 +211,9 @@ impl GenerateError {
     /// (`default_secs`); an engine's 429/503 relays the engine's own `Retry-After` when it sent one.
     pub fn retry_after(&self, default_secs: u32) -> Option<u32> {
         match self {
-            GenerateError::Overloaded | GenerateError::NoEngine { .. } => Some(default_secs),
+            GenerateError::Overloaded | GenerateError::NoEngine { .. } | GenerateError::Paused => {
+                Some(default_secs)
+            }
             GenerateError::Engine(e) => match e.kind {
                 ErrorKind::Overloaded | ErrorKind::Unavailable => {
                     e.retry_after_secs

@@ -78,7 +78,9 @@ fn error(
     stream: bool,
     retry_after_default: u32,
 ) -> Response {
-    if err.status().is_server_error() && !matches!(err, GenerateError::NoEngine { .. }) {
+    if err.status().is_server_error()
+        && !matches!(err, GenerateError::NoEngine { .. } | GenerateError::Paused)
+    {
         tracing::warn!(format = format.name(), code = err.code(), error = %err, "request failed");
     } else {
         tracing::debug!(format = format.name(), code = err.code(), error = %err, "request rejected");
@@ -105,6 +107,32 @@ fn with_request_id(mut resp: Response, client_id: Option<&str>) -> Response {
         resp.headers_mut().insert(X_REQUEST_ID.clone(), v);
     }
     resp
+}
+
+/// A native answer built by a format, as an axum response.
+pub(crate) fn native_response(resp: NativeResponse) -> Response {
+    native(resp)
+}
+
+/// `err` in `format`'s envelope, as answered before any header (with `Retry-After` where it
+/// applies).
+pub(crate) fn error_for(
+    state: &AppState,
+    format: &dyn GenerateFormat,
+    err: &GenerateError,
+) -> Response {
+    error(format, err, false, retry_after_secs(state))
+}
+
+/// A control or admin route's body: the generate routes' header checks (413 before reading,
+/// 415 for a non-JSON type or an encoding) and limits (`--body-limit`, `--body-read-timeout`).
+pub(crate) async fn read_control_body(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Bytes, GenerateError> {
+    check_headers(state, headers)?;
+    read_body(state, body).await
 }
 
 /// Read the whole request body: at most `--body-limit` bytes (413) within
@@ -271,10 +299,27 @@ pub(crate) async fn generate(
     if let Err(e) = check_headers(&state, &headers) {
         return reject(&state, &mut tracker, &*format, &e, false);
     }
-    // No worker can take it: say so at once (503 + Retry-After), before reading the body.
+    // No worker can take it: say so at once (503 + Retry-After), before reading the body —
+    // unless a pause (fleet control) is what stands in the way: then wait up to --pause-wait for
+    // a resume, and refuse with the retryable `paused` 503 if none comes.
     if !state.router.ready_for(format.name()) {
-        let role = state.router.count_refusal(format.name());
-        return reject(&state, &mut tracker, &*format, &no_engine(role), false);
+        if state.router.paused_for(format.name()) {
+            if !state
+                .router
+                .wait_unpaused(format.name(), state.config.pause_wait)
+                .await
+            {
+                let err = if state.router.paused_for(format.name()) {
+                    GenerateError::Paused
+                } else {
+                    no_engine(state.router.count_refusal(format.name()))
+                };
+                return reject(&state, &mut tracker, &*format, &err, false);
+            }
+        } else {
+            let role = state.router.count_refusal(format.name());
+            return reject(&state, &mut tracker, &*format, &no_engine(role), false);
+        }
     }
     let body = match read_body(&state, body).await {
         Ok(b) => b,

@@ -30,7 +30,7 @@ fn is_value_error(error: &GenerateError) -> bool {
 fn retryable(error: &GenerateError) -> bool {
     match error {
         GenerateError::Engine(e) => e.kind.retryable(),
-        GenerateError::Overloaded | GenerateError::NoEngine { .. } => true,
+        GenerateError::Overloaded | GenerateError::NoEngine { .. } | GenerateError::Paused => true,
         _ => false,
     }
 }
@@ -84,6 +84,20 @@ pub(crate) fn error_response(error: &GenerateError, stream: bool) -> NativeRespo
             };
         }
         return NativeResponse::json(status, to_bytes(&json!({"error": {"message": message}})));
+    }
+    if let GenerateError::Paused = error {
+        // genfront's own refusal while the fleet is paused: named and marked retryable.
+        return NativeResponse::json(
+            status,
+            to_bytes(&json!({
+                "object": "error",
+                "message": message,
+                "type": "paused",
+                "param": null,
+                "code": "paused",
+                "retryable": true,
+            })),
+        );
     }
     let kind = match error {
         GenerateError::Schema { .. } => "Bad Request".to_owned(),

@@ -51,6 +51,7 @@ pub(crate) fn error_type(error: &GenerateError) -> &'static str {
         GenerateError::Overloaded => "Service Unavailable",
         // genfront's own machine-readable code for "no worker can take this".
         GenerateError::NoEngine { .. } => "no_available_workers",
+        GenerateError::Paused => "paused",
         GenerateError::Engine(_) => type_for_status(error.status()),
         GenerateError::Internal(_) => "InternalServerError",
     }
@@ -81,7 +82,18 @@ struct Info<'a> {
     #[serde(rename = "type")]
     kind: &'a str,
     param: Option<&'a str>,
-    code: u16,
+    code: Code,
+    /// Only on genfront's own `paused` refusal (fleet control): `true`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retryable: Option<bool>,
+}
+
+/// `code`: the HTTP status, as vLLM sends it; genfront's `paused` refusal names itself instead.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Code {
+    Status(u16),
+    Name(&'static str),
 }
 
 /// The JSON body `{"error":{"message","type","param","code"}}` for `error`. Internal details are
@@ -93,7 +105,11 @@ pub(crate) fn error_json(error: &GenerateError) -> Vec<u8> {
             message: &message,
             kind: error_type(error),
             param: error.param(),
-            code: error.status().as_u16(),
+            code: match error {
+                GenerateError::Paused => Code::Name("paused"),
+                _ => Code::Status(error.status().as_u16()),
+            },
+            retryable: matches!(error, GenerateError::Paused).then_some(true),
         },
     };
     serde_json::to_vec(&envelope).unwrap_or_else(|_| {

@@ -1,0 +1,490 @@
+//! Fleet control end to end, against independent engines: three `oracle_engine.py` processes per
+//! test (the oracle models SGLang's and vLLM's RL control routes from their source), genfront in
+//! front of them with `--worker`.
+//!
+//! - pause (`abort`) while 50 streams run: every stream ends with SGLang's native abort and its
+//!   partial tokens; a new request waits `--pause-wait`, then gets the retryable 503 `paused`; a
+//!   resume during a wait lets the waiting request through; after the resume every worker
+//!   takes traffic again.
+//! - a weight update on 3 workers with one failing: the report shows 2 ok / 1 failed (the
+//!   engine's own 400 body), that worker gets no traffic, and the next successful update
+//!   restores it; `--route-current-version` keeps traffic on the workers of the current version.
+//! - vLLM `/pause?mode=keep`, `/is_paused`, `/resume` on a `workers=` subset.
+//! - admin API: `GET/POST /workers`, `DELETE /workers/{id}`; every control and admin route
+//!   refuses without the admin key.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::oracle::Oracle;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+fn sglang_oracles(n: usize) -> Vec<Oracle> {
+    (0..n).map(|_| Oracle::start(&["--api", "sglang"])).collect()
+}
+
+fn vllm_oracles(n: usize) -> Vec<Oracle> {
+    (0..n).map(|_| Oracle::start(&["--api", "vllm"])).collect()
+}
+
+/// genfront over `oracles` (all of `kind`), with `extra` flags; waits until every worker is
+/// connected.
+async fn front(
+    kind: &str,
+    oracles: &[Oracle],
+    extra: &[&str],
+) -> (String, genfront::Server, CancellationToken) {
+    let mut argv: Vec<String> = Vec::new();
+    for o in oracles {
+        argv.push("--worker".to_owned());
+        argv.push(format!("{kind}={}", o.base_url()));
+    }
+    argv.extend(["--policy", "round_robin", "--health-interval", "200ms"].map(str::to_owned));
+    argv.extend(extra.iter().map(|s| (*s).to_owned()));
+    let (url, server, shutdown) = common::genfront(&argv).await;
+    assert!(
+        server.wait_all_workers(Duration::from_secs(20)).await,
+        "workers did not connect"
+    );
+    (url, server, shutdown)
+}
+
+async fn post(url: &str, body: &Value) -> (u16, Value, reqwest::header::HeaderMap) {
+    let r = reqwest::Client::new()
+        .post(url)
+        .json(body)
+        .send()
+        .await
+        .expect("post");
+    let status = r.status().as_u16();
+    let headers = r.headers().clone();
+    let text = r.text().await.expect("body");
+    let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    (status, v, headers)
+}
+
+async fn get(url: &str) -> (u16, Value) {
+    let r = reqwest::Client::new().get(url).send().await.expect("get");
+    let status = r.status().as_u16();
+    let text = r.text().await.expect("body");
+    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+/// `/generate` calls the oracle has seen.
+async fn generate_calls(o: &Oracle) -> usize {
+    let log = o.log().await;
+    log["requests"]
+        .as_array()
+        .map_or(0, |r| r.iter().filter(|e| e["path"] == "/generate").count())
+}
+
+fn outcomes(report: &Value) -> Vec<String> {
+    report["workers"]
+        .as_array()
+        .expect("workers in report")
+        .iter()
+        .map(|w| w["outcome"].as_str().unwrap_or("?").to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_abort_ends_streams_with_partial_tokens_and_new_requests_wait_then_get_retryable_503()
+{
+    let oracles = sglang_oracles(3);
+    for o in &oracles {
+        o.config(json!({"token_delay": 0.02})).await;
+    }
+    let (url, _server, _stop) = front("sglang", &oracles, &["--pause-wait", "1s"]).await;
+
+    // 50 long streams.
+    let client = reqwest::Client::new();
+    let mut streams = Vec::new();
+    for i in 0..50 {
+        let client = client.clone();
+        let url = format!("{url}/generate");
+        streams.push(tokio::spawn(async move {
+            let body = json!({"input_ids": [1, 2, 3, i], "stream": true,
+                              "sampling_params": {"max_new_tokens": 2000, "ignore_eos": true}});
+            let r = client.post(url).json(&body).send().await.expect("stream");
+            assert_eq!(r.status(), 200);
+            r.text().await.expect("stream body")
+        }));
+    }
+    // Let every stream make some tokens.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut running = 0;
+        for o in &oracles {
+            running += o.log().await["running"].as_array().map_or(0, Vec::len);
+        }
+        if running >= 50 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "only {running} of 50 streams running");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let (status, report, _) = post(&format!("{url}/pause_generation"), &json!({"mode": "abort"})).await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["success"], true);
+    assert_eq!(outcomes(&report), ["ok", "ok", "ok"]);
+    assert_eq!(
+        report["workers"][0]["body"],
+        json!({"message": "Generation paused successfully.", "status": "ok"}),
+        "the engine's own body is relayed"
+    );
+
+    for s in streams {
+        let text = tokio::time::timeout(Duration::from_secs(20), s)
+            .await
+            .expect("stream ended after the pause")
+            .expect("task");
+        let events = common::sse_events(&text);
+        let last = events.last().expect("events");
+        let finish = &last["meta_info"]["finish_reason"];
+        assert_eq!(finish["type"], "abort", "native abort: {last}");
+        let n = last["output_ids"].as_array().map_or(0, Vec::len);
+        assert!(n > 0 && n < 2000, "partial tokens ({n}) kept in the abort: {last}");
+        assert!(text.trim_end().ends_with("data: [DONE]"), "stream closed natively");
+    }
+
+    // While every worker is paused, a new request waits --pause-wait, then the retryable 503.
+    let started = Instant::now();
+    let (status, body, headers) = post(&format!("{url}/generate"), &common::sglang_body(4, false)).await;
+    let waited = started.elapsed();
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["code"], "paused", "{body}");
+    assert_eq!(body["retryable"], true, "{body}");
+    assert!(headers.get("retry-after").is_some(), "Retry-After");
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(5),
+        "waited {waited:?}"
+    );
+    let before: Vec<usize> = futures::future::join_all(oracles.iter().map(generate_calls)).await;
+
+    // A request waiting when the resume comes goes through.
+    let waiting = tokio::spawn({
+        let url = url.clone();
+        async move { post(&format!("{url}/generate"), &common::sglang_body(4, false)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, report, _) = post(&format!("{url}/continue_generation"), &json!({})).await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(outcomes(&report), ["ok", "ok", "ok"]);
+    let (status, body, _) = waiting.await.expect("task");
+    assert_eq!(status, 200, "the waiting request was served after the resume: {body}");
+    assert_eq!(body["meta_info"]["finish_reason"]["type"], "length");
+
+    // Traffic flows to every worker again.
+    for _ in 0..9 {
+        let (status, body, _) = post(&format!("{url}/generate"), &common::sglang_body(2, false)).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let after: Vec<usize> = futures::future::join_all(oracles.iter().map(generate_calls)).await;
+    for (i, (b, a)) in before.iter().zip(&after).enumerate() {
+        assert!(a > b, "worker {i} got no traffic after the resume ({b} -> {a})");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_weight_update_takes_the_worker_out_until_an_update_succeeds() {
+    let oracles = sglang_oracles(3);
+    let (url, _server, _stop) = front("sglang", &oracles, &[]).await;
+    oracles[1]
+        .config(json!({"update_weights_fail": "Failed to get weights iterator: /models/v2."}))
+        .await;
+
+    let update = json!({"model_path": "/models/v2", "weight_version": "v2"});
+    let (status, report, _) = post(&format!("{url}/update_weights_from_disk"), &update).await;
+    assert_eq!(status, 502, "one worker failed: {report}");
+    assert_eq!(report["success"], false);
+    assert_eq!(outcomes(&report), ["ok", "error", "ok"]);
+    let failed = &report["workers"][1];
+    assert_eq!(failed["status"], 400);
+    assert_eq!(failed["body"]["success"], false, "the engine's own body: {failed}");
+    assert_eq!(
+        failed["body"]["message"],
+        "Failed to get weights iterator: /models/v2."
+    );
+    assert_eq!(report["workers"][0]["body"]["success"], true);
+
+    let (status, workers) = get(&format!("{url}/workers")).await;
+    assert_eq!(status, 200);
+    let ws = workers["workers"].as_array().expect("workers");
+    assert_eq!(ws[1]["weights_failed"], true);
+    assert_eq!(ws[0]["weights_failed"], false);
+    assert_eq!(ws[0]["weight_version"], "v2");
+    assert_eq!(ws[2]["weight_version"], "v2");
+    assert_eq!(workers["current_weight_version"], "v2");
+
+    let before = generate_calls(&oracles[1]).await;
+    for _ in 0..12 {
+        let (status, body, _) = post(&format!("{url}/generate"), &common::sglang_body(2, false)).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["meta_info"]["weight_version"], "v2", "served by an updated worker");
+    }
+    assert_eq!(
+        generate_calls(&oracles[1]).await,
+        before,
+        "the failed worker got traffic"
+    );
+
+    // The next successful update restores it.
+    oracles[1].config(json!({"update_weights_fail": null})).await;
+    let update = json!({"model_path": "/models/v3", "weight_version": "v3"});
+    let (status, report, _) = post(&format!("{url}/update_weights_from_disk"), &update).await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(outcomes(&report), ["ok", "ok", "ok"]);
+    for _ in 0..6 {
+        let (status, _, _) = post(&format!("{url}/generate"), &common::sglang_body(2, false)).await;
+        assert_eq!(status, 200);
+    }
+    assert!(
+        generate_calls(&oracles[1]).await > before,
+        "the restored worker takes traffic again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_current_version_keeps_traffic_on_updated_workers() {
+    let oracles = sglang_oracles(3);
+    let (url, server, _stop) = front("sglang", &oracles, &["--route-current-version"]).await;
+    let ids: Vec<String> = server
+        .state
+        .router
+        .workers()
+        .iter()
+        .map(|w| w.id().to_string())
+        .collect();
+    // Refit two of the three (a rolling update): only they take traffic until the third is done.
+    let update = json!({"model_path": "/models/v2", "weight_version": "v2"});
+    let (status, report, _) = post(
+        &format!("{url}/update_weights_from_disk?workers={},{}", ids[0], ids[2]),
+        &update,
+    )
+    .await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["workers"].as_array().map(Vec::len), Some(2));
+    let before = generate_calls(&oracles[1]).await;
+    for _ in 0..9 {
+        let (status, body, _) = post(&format!("{url}/generate"), &common::sglang_body(2, false)).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    assert_eq!(generate_calls(&oracles[1]).await, before, "stale worker got traffic");
+    let (status, _, _) = post(
+        &format!("{url}/update_weights_from_disk?workers={}", ids[1]),
+        &update,
+    )
+    .await;
+    assert_eq!(status, 200);
+    for _ in 0..6 {
+        post(&format!("{url}/generate"), &common::sglang_body(2, false)).await;
+    }
+    assert!(generate_calls(&oracles[1]).await > before);
+    // An unknown id is the format's 404, nothing is sent.
+    let (status, body, _) = post(
+        &format!("{url}/update_weights_from_disk?workers=nope"),
+        &update,
+    )
+    .await;
+    assert_eq!(status, 404, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vllm_pause_keep_is_paused_and_resume_on_a_subset() {
+    let oracles = vllm_oracles(3);
+    let (url, server, _stop) = front("vllm", &oracles, &["--pause-wait", "0s"]).await;
+    let ids: Vec<String> = server
+        .state
+        .router
+        .workers()
+        .iter()
+        .map(|w| w.id().to_string())
+        .collect();
+    let client = reqwest::Client::new();
+    // Pause one worker: the others keep serving.
+    let r = client
+        .post(format!("{url}/pause?mode=keep&workers={}", ids[0]))
+        .send()
+        .await
+        .expect("pause");
+    assert_eq!(r.status(), 200);
+    let report: Value = r.json().await.expect("report");
+    assert_eq!(report["workers"][0]["body"], json!({"status": "paused"}));
+    let log = oracles[0].log().await;
+    assert_eq!(log["paused"], true);
+    assert_eq!(log["pause_mode"], "keep", "the query reached the engine unchanged");
+    assert_eq!(oracles[1].log().await["paused"], false);
+    let (status, report) = get(&format!("{url}/is_paused")).await;
+    assert_eq!(status, 200);
+    let paused: Vec<Value> = report["workers"]
+        .as_array()
+        .expect("workers")
+        .iter()
+        .map(|w| w["body"]["is_paused"].clone())
+        .collect();
+    assert_eq!(paused, [json!(true), json!(false), json!(false)]);
+    // An unknown mode is vLLM's own 422, answered without a fan-out.
+    let r = client
+        .post(format!("{url}/pause?mode=sideways"))
+        .send()
+        .await
+        .expect("pause");
+    assert_eq!(r.status(), 422);
+    // Pause the rest: with --pause-wait 0 a request is refused at once, retryably.
+    let r = client.post(format!("{url}/pause?mode=abort")).send().await.expect("pause");
+    assert_eq!(r.status(), 200);
+    let body_gen = json!({"token_ids": [1, 2, 3], "sampling_params": {"max_tokens": 2}});
+    let (status, body, headers) = post(&format!("{url}/inference/v1/generate"), &body_gen).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "paused", "{body}");
+    assert_eq!(body["error"]["retryable"], true);
+    assert!(headers.get("retry-after").is_some());
+    let r = client.post(format!("{url}/resume")).send().await.expect("resume");
+    assert_eq!(r.status(), 200);
+    let (status, body, _) = post(&format!("{url}/inference/v1/generate"), &body_gen).await;
+    assert_eq!(status, 200, "{body}");
+    for o in &oracles {
+        assert_eq!(o.log().await["paused"], false);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_api_lists_adds_and_removes_workers() {
+    let oracles = sglang_oracles(2);
+    let (url, _server, _stop) = front("sglang", &oracles[..1], &[]).await;
+    let (status, list) = get(&format!("{url}/workers")).await;
+    assert_eq!(status, 200);
+    assert_eq!(list["workers"].as_array().map(Vec::len), Some(1));
+    assert_eq!(list["workers"][0]["state"], "ready");
+    assert_eq!(list["workers"][0]["kind"], "sglang");
+
+    let spec = format!("sglang={}", oracles[1].base_url());
+    let (status, added, _) = post(
+        &format!("{url}/workers"),
+        &json!({"worker": spec, "id": "extra"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{added}");
+    assert_eq!(added["id"], "extra");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, list) = get(&format!("{url}/workers")).await;
+        let ready = list["workers"]
+            .as_array()
+            .is_some_and(|w| w.iter().any(|w| w["id"] == "extra" && w["state"] == "ready"));
+        if ready {
+            break;
+        }
+        assert!(Instant::now() < deadline, "added worker never ready: {list}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for _ in 0..4 {
+        post(&format!("{url}/generate"), &common::sglang_body(2, false)).await;
+    }
+    assert!(generate_calls(&oracles[1]).await > 0, "added worker serves");
+
+    let (status, bad, _) = post(&format!("{url}/workers"), &json!({"worker": "ftp://x"})).await;
+    assert_eq!(status, 400, "{bad}");
+
+    let r = reqwest::Client::new()
+        .delete(format!("{url}/workers/extra"))
+        .send()
+        .await
+        .expect("delete");
+    assert_eq!(r.status(), 200);
+    let removed: Value = r.json().await.expect("json");
+    assert_eq!(removed["removed"], true);
+    let before = generate_calls(&oracles[1]).await;
+    for _ in 0..4 {
+        post(&format!("{url}/generate"), &common::sglang_body(2, false)).await;
+    }
+    assert_eq!(generate_calls(&oracles[1]).await, before, "removed worker got traffic");
+    let r = reqwest::Client::new()
+        .delete(format!("{url}/workers/extra"))
+        .send()
+        .await
+        .expect("delete");
+    assert_eq!(r.status(), 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_and_admin_routes_need_the_admin_key() {
+    let sg = sglang_oracles(1);
+    let vl = vllm_oracles(1);
+    let argv: Vec<String> = [
+        "--worker".to_owned(),
+        format!("sglang={}", sg[0].base_url()),
+        "--worker".to_owned(),
+        format!("vllm={}", vl[0].base_url()),
+        "--api-key".to_owned(),
+        "tenant-key".to_owned(),
+        "--admin-api-key".to_owned(),
+        "admin-key".to_owned(),
+    ]
+    .to_vec();
+    let (url, server, _shutdown) = common::genfront(&argv).await;
+    assert!(server.wait_all_workers(Duration::from_secs(20)).await);
+    let mut routes: Vec<(&'static str, genfront_format::ControlMethods)> = Vec::new();
+    for r in &server.routes {
+        for c in r.format.control_routes() {
+            if !routes.iter().any(|(p, _)| *p == c.path) {
+                routes.push((c.path, c.methods));
+            }
+        }
+    }
+    assert!(routes.len() >= 6, "control routes: {routes:?}");
+    let client = reqwest::Client::new();
+    for (path, methods) in &routes {
+        let method = match methods {
+            genfront_format::ControlMethods::Get => reqwest::Method::GET,
+            _ => reqwest::Method::POST,
+        };
+        let send = |key: Option<&str>| {
+            let mut req = client.request(method.clone(), format!("{url}{path}"));
+            if let Some(k) = key {
+                req = req.bearer_auth(k);
+            }
+            if method == reqwest::Method::POST {
+                req = req.json(&json!({}));
+            }
+            req.send()
+        };
+        let r = send(None).await.expect("send");
+        assert_eq!(r.status(), 401, "{path} without a key");
+        assert_eq!(
+            r.headers().get("www-authenticate").and_then(|v| v.to_str().ok()),
+            Some("Bearer")
+        );
+        let r = send(Some("tenant-key")).await.expect("send");
+        assert_eq!(r.status(), 403, "{path} with a tenant key");
+        let r = send(Some("admin-key")).await.expect("send");
+        assert!(
+            ![401, 403].contains(&r.status().as_u16()),
+            "{path} with the admin key: {}",
+            r.status()
+        );
+    }
+    for (method, path) in [
+        (reqwest::Method::GET, "/workers"),
+        (reqwest::Method::POST, "/workers"),
+        (reqwest::Method::DELETE, "/workers/x"),
+    ] {
+        let r = client
+            .request(method.clone(), format!("{url}{path}"))
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(r.status(), 401, "{method} {path}");
+    }
+    let r = client
+        .get(format!("{url}/workers"))
+        .bearer_auth("admin-key")
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), 200);
+}
