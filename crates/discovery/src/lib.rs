@@ -38,7 +38,7 @@ mod watcher;
 use std::time::Duration;
 
 pub use record::{Registration, Role, validate_id};
-pub use registrar::{RegistrationState, Registrar, register};
+pub use registrar::{Registrar, RegistrationState, register};
 pub use target::EtcdTarget;
 pub use watcher::{DiscoveryEvent, Watcher, watch};
 
@@ -128,7 +128,10 @@ async fn bounded<T>(
 /// (every 2 s, 3 s to answer) finds a dead connection under a long-lived watch or keep-alive
 /// stream. No per-request gRPC timeout (it would end watch streams): calls are bounded by
 /// [`bounded`] instead.
-async fn connect(target: &EtcdTarget, limits: &Limits) -> Result<etcd_client::Client, DiscoveryError> {
+async fn connect(
+    target: &EtcdTarget,
+    limits: &Limits,
+) -> Result<etcd_client::Client, DiscoveryError> {
     let endpoints: Vec<String> = target
         .endpoints()
         .iter()

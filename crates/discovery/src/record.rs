@@ -197,8 +197,7 @@ mod tests {
         assert!(Registration::decode("w9", ok, 1024).is_err_and(|e| e.contains("not its key")));
         assert!(Registration::decode("w0", b"{", 1024).is_err());
         assert!(
-            Registration::decode("w0", br#"{"id":"w0","worker":"x","role":"boss"}"#, 1024)
-                .is_err()
+            Registration::decode("w0", br#"{"id":"w0","worker":"x","role":"boss"}"#, 1024).is_err()
         );
         assert!(
             Registration::decode("w0", br#"{"id":"w0","worker":" "}"#, 1024)
@@ -206,7 +205,11 @@ mod tests {
         );
         let big = Registration::new("w0", "x".repeat(100), Role::Agg);
         assert!(big.encode(50).is_err());
-        assert!(Registration::new("a/b", "x", Role::Agg).encode(1024).is_err());
+        assert!(
+            Registration::new("a/b", "x", Role::Agg)
+                .encode(1024)
+                .is_err()
+        );
         assert!(validate_id("").is_err());
         assert!(validate_id(&"a".repeat(MAX_ID_LEN + 1)).is_err());
         assert!(validate_id("sglang-10.0.0.1-30000_a").is_ok());

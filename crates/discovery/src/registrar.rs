@@ -86,9 +86,9 @@ impl Registrar {
 
     /// Wait until the record is stored (or `limit` passes). Returns whether it is.
     pub async fn wait_registered(&mut self, limit: Duration) -> bool {
-        let registered =
-            self.state
-                .wait_for(|s| matches!(s, RegistrationState::Registered { .. }));
+        let registered = self
+            .state
+            .wait_for(|s| matches!(s, RegistrationState::Registered { .. }));
         matches!(tokio::time::timeout(limit, registered).await, Ok(Ok(_)))
     }
 
@@ -143,11 +143,14 @@ impl Job {
                         retry_in = ?delay,
                         "etcd registration not held; retrying"
                     );
-                    let _ = self
-                        .state
-                        .send(RegistrationState::Retrying(e.to_string()));
-                    if matches!(e, DiscoveryError::Timeout { call: "connect", .. })
-                        || matches!(e, DiscoveryError::Etcd(_))
+                    let _ = self.state.send(RegistrationState::Retrying(e.to_string()));
+                    if matches!(
+                        e,
+                        DiscoveryError::Timeout {
+                            call: "connect",
+                            ..
+                        }
+                    ) || matches!(e, DiscoveryError::Etcd(_))
                     {
                         client = None;
                     }

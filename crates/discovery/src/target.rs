@@ -66,7 +66,9 @@ impl FromStr for EtcdTarget {
             .map(|h| endpoint(h.trim()).map_err(&err))
             .collect::<Result<Vec<_>, _>>()?;
         if path.is_empty() {
-            return Err(err("empty PREFIX: name one, as in etcd://HOST:2379/genfront".into()));
+            return Err(err(
+                "empty PREFIX: name one, as in etcd://HOST:2379/genfront".into(),
+            ));
         }
         for segment in path.split('/') {
             if segment.is_empty() {
@@ -122,7 +124,9 @@ fn endpoint(h: &str) -> Result<String, String> {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
     {
-        return Err(format!("endpoint `{h}`: `{host}` is not a host name or address"));
+        return Err(format!(
+            "endpoint `{h}`: `{host}` is not a host name or address"
+        ));
     }
     let port = match port {
         None => DEFAULT_PORT,

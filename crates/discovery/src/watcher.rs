@@ -160,7 +160,9 @@ impl WatchJob {
         tracing::info!(etcd = %self.target, workers = self.known.len(), revision, "watching etcd registrations");
         loop {
             let Some(answer) = stream.message().await? else {
-                return Err(DiscoveryError::WatchEnded("the server closed the stream".into()));
+                return Err(DiscoveryError::WatchEnded(
+                    "the server closed the stream".into(),
+                ));
             };
             if answer.canceled() {
                 let why = if answer.compact_revision() > 0 {

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use genfront_discovery::{
-    DiscoveryEvent, EtcdTarget, Limits, RegistrationState, Registration, Role, register, watch,
+    DiscoveryEvent, EtcdTarget, Limits, Registration, RegistrationState, Role, register, watch,
 };
 
 fn free_port() -> u16 {
@@ -164,17 +164,31 @@ async fn registrations_watches_conflicts_and_restarts() {
     }
     // ... and takes it over once the first revokes: the watch sees it go and come back changed.
     held_a.shutdown().await;
-    assert_eq!(next(&mut w, second).await, DiscoveryEvent::Removed("a".into()));
-    assert!(held_a2.wait_registered(second).await, "{:?}", held_a2.state());
-    assert_eq!(next(&mut w, second).await, DiscoveryEvent::Added(a2.clone()));
+    assert_eq!(
+        next(&mut w, second).await,
+        DiscoveryEvent::Removed("a".into())
+    );
+    assert!(
+        held_a2.wait_registered(second).await,
+        "{:?}",
+        held_a2.state()
+    );
+    assert_eq!(
+        next(&mut w, second).await,
+        DiscoveryEvent::Added(a2.clone())
+    );
 
     // Invalid records are skipped; a worker whose record turns invalid is removed.
     raw.put("/crate-test/workers/bad", "not json", None)
         .await
         .expect("put");
-    raw.put("/crate-test/workers/x", r#"{"id":"y","worker":"grpc://h:1"}"#, None)
-        .await
-        .expect("put");
+    raw.put(
+        "/crate-test/workers/x",
+        r#"{"id":"y","worker":"grpc://h:1"}"#,
+        None,
+    )
+    .await
+    .expect("put");
     let b = Registration::new("b", "grpc://127.0.0.1:3", Role::Decode);
     raw.put(
         "/crate-test/workers/b",
@@ -187,7 +201,10 @@ async fn registrations_watches_conflicts_and_restarts() {
     raw.put("/crate-test/workers/b", "{}", None)
         .await
         .expect("put");
-    assert_eq!(next(&mut w, second).await, DiscoveryEvent::Removed("b".into()));
+    assert_eq!(
+        next(&mut w, second).await,
+        DiscoveryEvent::Removed("b".into())
+    );
 
     // etcd restarts (same data dir): the registration is held again and the watch resumes,
     // reporting nothing for what did not change and the changes made after the restart.
@@ -212,15 +229,17 @@ async fn registrations_watches_conflicts_and_restarts() {
         "{:?}",
         held_a2.state()
     );
-    let listed = raw
-        .get("/crate-test/workers/a", None)
-        .await
-        .expect("get");
+    let listed = raw.get("/crate-test/workers/a", None).await.expect("get");
     let value = listed.kvs().first().map(|kv| kv.value().to_vec());
     assert_eq!(
-        value.as_deref().map(|v| Registration::decode("a", v, 1 << 14)),
+        value
+            .as_deref()
+            .map(|v| Registration::decode("a", v, 1 << 14)),
         Some(Ok(a2))
     );
     held_a2.shutdown().await;
-    assert_eq!(next(&mut w, second).await, DiscoveryEvent::Removed("a".into()));
+    assert_eq!(
+        next(&mut w, second).await,
+        DiscoveryEvent::Removed("a".into())
+    );
 }

@@ -40,6 +40,32 @@ pub enum Command {
     /// Load-test a running SGLang- or vLLM-native server (genfront or an engine) and report
     /// throughput, latency/TTFT/ITL percentiles and per-process CPU and memory.
     Bench(genfront_bench::BenchArgs),
+    /// Register a plain engine in etcd for `serve --discovery` frontends and keep the
+    /// registration alive until SIGTERM/SIGINT (then revoke it). Needs the `etcd` feature.
+    Register(RegisterArgs),
+}
+
+/// `genfront register` flags.
+#[derive(Debug, Clone, Args)]
+pub struct RegisterArgs {
+    /// The engine, as `serve --worker` takes it: `sglang=URL[#FACTS]`, `vllm=URL[#FACTS]` or
+    /// `grpc://HOST:PORT`. Frontends connect to this address, so it must be reachable from them.
+    #[arg(long, env = "GENFRONT_REGISTER_WORKER")]
+    pub worker: WorkerSpec,
+    /// Where to register: `etcd://HOST:PORT[,HOST:PORT…]/PREFIX` (the frontends' `--discovery`).
+    #[arg(long, env = "GENFRONT_REGISTER_ETCD")]
+    pub etcd: String,
+    /// The worker's role.
+    #[arg(long, env = "GENFRONT_REGISTER_ROLE", default_value = "agg", value_parser = ["agg", "prefill", "decode"])]
+    pub role: String,
+    /// The worker's id (ASCII letters, digits, `.`, `_`, `-`; at most 128); default: from the
+    /// worker's kind and address, e.g. `sglang-10.0.0.5-30000`.
+    #[arg(long, env = "GENFRONT_REGISTER_ID")]
+    pub id: Option<String>,
+    /// Lease TTL: a registrant that dies without revoking disappears this long after its last
+    /// keep-alive (whole seconds, at least 1 s).
+    #[arg(long, env = "GENFRONT_REGISTER_TTL", default_value = "10s", value_parser = parse_duration)]
+    pub ttl: Duration,
 }
 
 /// `genfront serve` flags.
@@ -158,6 +184,12 @@ pub struct ServeArgs {
         help_heading = "Engines"
     )]
     pub decode: Vec<WorkerSpec>,
+    /// Discover workers in etcd: `etcd://HOST:PORT[,HOST:PORT…]/PREFIX`. Workers registered
+    /// there (`genfront register`, `genfront sidecar --register`) are added and removed live,
+    /// next to any static `--worker`s; with it no static worker is needed. Needs the `etcd`
+    /// feature.
+    #[arg(long, env = "GENFRONT_DISCOVERY", help_heading = "Engines")]
+    pub discovery: Option<String>,
     /// Longest wait for a worker's first output of a request: the whole answer of a unary
     /// request (engines send it when complete), queueing + prefill of a stream. Beyond it the
     /// engine request is aborted, the client gets a 504 and the worker counts as failed at its
@@ -169,7 +201,7 @@ pub struct ServeArgs {
     #[arg(long, env = "GENFRONT_ENGINE_IDLE_TIMEOUT", default_value = "300s", value_parser = parse_duration, help_heading = "Engines")]
     pub engine_idle_timeout: Duration,
     /// Number of in-process mock engines; default 1 without `--worker`/`--prefill`/`--decode`/
-    /// `--mock-prefill`/`--mock-decode`, else 0.
+    /// `--mock-prefill`/`--mock-decode`/`--discovery`, else 0.
     #[arg(long, env = "GENFRONT_MOCK", help_heading = "Mock engine")]
     pub mock: Option<usize>,
     /// Number of in-process mock prefill engines (P/D).
@@ -665,7 +697,8 @@ impl ServeArgs {
             || !self.prefill.is_empty()
             || !self.decode.is_empty()
             || self.mock_prefill > 0
-            || self.mock_decode > 0;
+            || self.mock_decode > 0
+            || self.discovery.is_some();
         self.mock.unwrap_or(if others { 0 } else { 1 })
     }
 
@@ -729,6 +762,24 @@ pub struct SidecarArgs {
     /// With `--engine mock`: no mock delays.
     #[arg(long, env = "GENFRONT_SIDECAR_MOCK_ZERO_DELAY", value_parser = BoolishValueParser::new(), num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
     pub mock_zero_delay: bool,
+    /// Register this sidecar in etcd (`etcd://HOST:PORT[,HOST:PORT…]/PREFIX`) while it serves,
+    /// for `serve --discovery` frontends; the registration is revoked on SIGTERM/SIGINT. Needs
+    /// `--advertise` and the `etcd` feature.
+    #[arg(long, env = "GENFRONT_SIDECAR_REGISTER", requires = "advertise")]
+    pub register: Option<String>,
+    /// The address frontends reach this sidecar at, as `grpc://HOST:PORT` (or `grpcs://…` with
+    /// TLS); registered with `--register`.
+    #[arg(long, env = "GENFRONT_SIDECAR_ADVERTISE")]
+    pub advertise: Option<WorkerSpec>,
+    /// The registered worker id (as `register --id`); default from the advertised address.
+    #[arg(long, env = "GENFRONT_SIDECAR_WORKER_ID")]
+    pub worker_id: Option<String>,
+    /// The registered role.
+    #[arg(long, env = "GENFRONT_SIDECAR_ROLE", default_value = "agg", value_parser = ["agg", "prefill", "decode"])]
+    pub role: String,
+    /// Lease TTL of the registration (as `register --ttl`).
+    #[arg(long, env = "GENFRONT_SIDECAR_REGISTER_TTL", default_value = "10s", value_parser = parse_duration)]
+    pub register_ttl: Duration,
 }
 
 /// What a sidecar serves.

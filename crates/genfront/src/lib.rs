@@ -7,6 +7,7 @@
 
 mod catalog;
 mod config;
+mod discovery;
 pub mod serving;
 pub mod tls;
 mod workers;
@@ -18,7 +19,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 pub use catalog::{CATALOG, FormatArgs};
 pub use config::{
-    Cli, Command, ServeArgs, SidecarArgs, SidecarEngine, parse_byte_size, parse_duration,
+    Cli, Command, RegisterArgs, ServeArgs, SidecarArgs, SidecarEngine, parse_byte_size,
+    parse_duration,
 };
 use genfront_format::{Route, resolve_routes};
 use genfront_frontend::{AppState, LimitMetrics, Metrics, TraceSink};
@@ -66,6 +68,10 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             let listener = bind(addr)?;
             let shutdown = CancellationToken::new();
             tokio::spawn(watch_signals(shutdown.clone()));
+            if let Some(url) = &args.discovery {
+                let drain = server.state.config.drain_timeout;
+                discovery::follow(url, server.state.router.clone(), drain, shutdown.clone())?;
+            }
             match tls {
                 Some(config) => server.serve_tls(listener, config, shutdown).await,
                 None => server.serve(listener, shutdown).await,
@@ -80,6 +86,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             genfront_mockserver::serve(&args, listener, shutdown).await
         }),
         Command::Sidecar(args) => rt.block_on(async move {
+            let registration = discovery::Plan::for_sidecar(&args)?;
             let engine: Arc<dyn Engine> = match &args.engine {
                 SidecarEngine::Mock => {
                     let mut cfg = if args.mock_zero_delay {
@@ -108,7 +115,26 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             if let Some(tls) = tls {
                 server = server.tls(tls);
             }
+            // Revoked as soon as shutdown starts, so frontends stop sending while it drains.
+            let held = registration.map(discovery::start).transpose()?.map(|held| {
+                let stop = shutdown.clone();
+                tokio::spawn(async move {
+                    stop.cancelled().await;
+                    held.release().await;
+                })
+            });
             server.serve(listener, shutdown).await?;
+            if let Some(held) = held {
+                let _ = held.await;
+            }
+            Ok(())
+        }),
+        Command::Register(args) => rt.block_on(async move {
+            let held = discovery::start(discovery::Plan::for_register(&args))?;
+            let shutdown = CancellationToken::new();
+            tokio::spawn(watch_signals(shutdown.clone()));
+            shutdown.cancelled().await;
+            held.release().await;
             Ok(())
         }),
         Command::Bench(args) => rt.block_on(async move {
@@ -281,7 +307,11 @@ impl Server {
                 "prefill/decode needs both roles: {prefill_count} prefill and {decode_count} decode workers configured (--prefill/--mock-prefill, --decode/--mock-decode)"
             );
         }
-        if mocks.is_empty() && args.workers.is_empty() && prefill_count == 0 {
+        if mocks.is_empty()
+            && args.workers.is_empty()
+            && prefill_count == 0
+            && args.discovery.is_none()
+        {
             anyhow::bail!(
                 "no engines configured: start with --mock N (N >= 1), --worker sglang=http://HOST:PORT, or --prefill … --decode …"
             );

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The project's test command (README "Tests"): every crate's tests with etcd discovery built in.
+# Needs `protoc` (to build the etcd client) and `etcd` (the discovery test starts a real one on
+# loopback). Installs Debian's protobuf-compiler and etcd-server with apt-get when either is
+# missing and this runs as root; otherwise prints the apt-get line and fails.
+# `scripts/test.sh --deps-only` only makes sure of protoc and etcd (.ci/run, before clippy).
+# Other arguments go to `cargo test` (e.g. `scripts/test.sh -p genfront --test discovery`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
+command -v "${ETCD_BIN:-etcd}" >/dev/null 2>&1 || missing+=(etcd-server)
+if ((${#missing[@]})); then
+    if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        echo "scripts/test.sh: installing ${missing[*]}" >&2
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    else
+        echo "scripts/test.sh: missing ${missing[*]}; install with:" >&2
+        echo "    sudo apt-get install -y ${missing[*]}" >&2
+        exit 1
+    fi
+fi
+
+if [[ ${1:-} == --deps-only ]]; then
+    exit 0
+fi
+if (($#)); then
+    exec cargo test --features genfront/etcd "$@"
+fi
+exec cargo test --workspace --features genfront/etcd
