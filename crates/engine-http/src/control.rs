@@ -131,8 +131,10 @@ mod tests {
     use super::*;
 
     async fn serve(app: Router) -> String {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
@@ -204,7 +206,7 @@ mod tests {
             ),
         )
         .await
-        .unwrap();
+        .expect("answered");
         assert_eq!(reply.status, 400, "an error status is still an Ok reply");
         assert_eq!(reply.content_type.as_deref(), Some("text/x-echo"));
         assert_eq!(
@@ -218,7 +220,7 @@ mod tests {
             call("POST", "/echo", "", "", Duration::from_secs(5)),
         )
         .await
-        .unwrap();
+        .expect("answered");
         assert_eq!(empty.body, Bytes::from_static(b"q= ct=- body="));
     }
 
@@ -233,7 +235,7 @@ mod tests {
             call("GET", "/slow", "", "", Duration::from_millis(200)),
         )
         .await
-        .unwrap_err();
+        .expect_err("the call fails");
         assert_eq!(slow.kind, ErrorKind::Timeout, "{slow:?}");
 
         let big = relay_limited(
@@ -244,7 +246,7 @@ mod tests {
             1024,
         )
         .await
-        .unwrap_err();
+        .expect_err("the call fails");
         assert_eq!(big.kind, ErrorKind::Unavailable);
         assert!(big.message.contains("1024 bytes"), "{}", big.message);
         let fits = relay_limited(
@@ -255,13 +257,13 @@ mod tests {
             4096,
         )
         .await
-        .unwrap();
+        .expect("answered");
         assert_eq!(fits.body.len(), 2048);
 
         // A port nothing listens on.
         let dead = {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            let a = l.local_addr().unwrap();
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            let a = l.local_addr().expect("addr");
             drop(l);
             format!("http://{a}")
         };
@@ -272,7 +274,7 @@ mod tests {
             call("POST", "/pause", "", "", Duration::from_secs(5)),
         )
         .await
-        .unwrap_err();
+        .expect_err("the call fails");
         assert_eq!(down.kind, ErrorKind::Unavailable, "{down:?}");
 
         let bad = relay_control(
@@ -282,7 +284,7 @@ mod tests {
             call("PO ST", "/pause", "", "", Duration::from_secs(5)),
         )
         .await
-        .unwrap_err();
+        .expect_err("the call fails");
         assert_eq!(bad.kind, ErrorKind::InvalidArgument);
     }
 }

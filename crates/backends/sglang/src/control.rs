@@ -423,7 +423,7 @@ fn query_value(query: &str, key: &str) -> Option<String> {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             (percent_decode(k) == key).then(|| percent_decode(v))
         })
-        .last()
+        .next_back()
 }
 
 /// `application/x-www-form-urlencoded` decoding (`+` is a space, `%XX` a byte; invalid escapes
@@ -780,11 +780,16 @@ fn lax_bool(v: &Value) -> Result<bool, Fail> {
     );
     match v {
         Value::Bool(b) => Ok(*b),
-        Value::Number(n) => match n.as_f64() {
-            Some(x) if x == 0.0 => Ok(false),
-            Some(x) if x == 1.0 => Ok(true),
-            _ => Err(PARSING),
-        },
+        Value::Number(n) => {
+            let x = n.as_f64().unwrap_or(f64::NAN);
+            if x == 0.0 {
+                Ok(false)
+            } else if x == 1.0 {
+                Ok(true)
+            } else {
+                Err(PARSING)
+            }
+        }
         Value::String(s) => match s.to_ascii_lowercase().as_str() {
             "0" | "off" | "f" | "false" | "n" | "no" => Ok(false),
             "1" | "on" | "t" | "true" | "y" | "yes" => Ok(true),

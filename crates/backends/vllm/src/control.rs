@@ -455,14 +455,14 @@ fn replace_file_paths(s: &str) -> String {
         if rest.starts_with('/') {
             let run = segments(rest, seg_char);
             let count = rest[..run].matches('/').count();
-            if count >= 2 {
-                if let Some(ext) = rest[run..].strip_prefix('.') {
-                    let n = ext.find(|c: char| !is_word(c)).unwrap_or(ext.len());
-                    if n > 0 {
-                        out.push_str("<path>");
-                        i += run + 1 + n;
-                        continue;
-                    }
+            if count >= 2
+                && let Some(ext) = rest[run..].strip_prefix('.')
+            {
+                let n = ext.find(|c: char| !is_word(c)).unwrap_or(ext.len());
+                if n > 0 {
+                    out.push_str("<path>");
+                    i += run + 1 + n;
+                    continue;
                 }
             }
         }
@@ -485,7 +485,7 @@ fn query_value(query: &str, key: &str) -> Option<String> {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             (percent_decode(k) == key).then(|| percent_decode(v))
         })
-        .last()
+        .next_back()
 }
 
 /// `application/x-www-form-urlencoded` decoding (`+` is a space, `%XX` a byte; invalid escapes
