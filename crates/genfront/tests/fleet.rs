@@ -327,13 +327,24 @@ async fn vllm_pause_keep_is_paused_and_resume_on_a_subset() {
         .map(|w| w["body"]["is_paused"].clone())
         .collect();
     assert_eq!(paused, [json!(true), json!(false), json!(false)]);
-    // An unknown mode is vLLM's own 422, answered without a fan-out.
+    // An unknown mode is vLLM 0.33.0's own 400 (its validation handler, not FastAPI's 422),
+    // answered without a fan-out: no engine sees the call.
+    let seen = oracles[1].log().await["others"].as_array().map_or(0, Vec::len);
     let r = client
         .post(format!("{url}/pause?mode=sideways"))
         .send()
         .await
         .expect("pause");
-    assert_eq!(r.status(), 422);
+    assert_eq!(r.status(), 400);
+    let refusal: Value = r.json().await.expect("json");
+    assert_eq!(refusal["error"]["code"], 400, "vLLM's envelope: {refusal}");
+    let others = oracles[1].log().await["others"].clone();
+    assert!(
+        !others
+            .as_array()
+            .is_some_and(|o| o[seen.min(o.len())..].iter().any(|e| e["path"].as_str().is_some_and(|p| p.starts_with("/pause")))),
+        "the refused call reached an engine: {others}"
+    );
     // Pause the rest: with --pause-wait 0 a request is refused at once, retryably.
     let r = client.post(format!("{url}/pause?mode=abort")).send().await.expect("pause");
     assert_eq!(r.status(), 200);
