@@ -6,7 +6,8 @@
 //! What this crate owns:
 //! - **The wire schema**: `proto/genfront/sidecar/v1/engine.proto` (service
 //!   `genfront.sidecar.v1.EngineService`: `Generate` streams one message per engine delta; `Info`
-//!   returns the model facts), compiled by `build.rs` with the pure-Rust `protox` (no `protoc`).
+//!   returns the model facts and the engine's native format; `Control` relays one fleet-control
+//!   call and returns the engine's own answer), compiled by `build.rs` with the pure-Rust `protox` (no `protoc`).
 //!   Generated types live in [`pb`].
 //! - **The mapping** between the engine contract and the wire ([`wire`]): lossless for every
 //!   value, floats bit for bit, JSON with its 64-bit integers and key order.
@@ -25,6 +26,13 @@
 //! connection has the same effect. Engine errors cross with their [`genfront_protocol::ErrorKind`];
 //! transport failures become `Unavailable` (cannot reach the sidecar) or `StreamIncomplete` (the
 //! stream broke before every choice finished).
+//!
+//! **Fleet control crosses the hop too**: [`RemoteEngine`]'s `control` sends the native call
+//! (format, typed action, method, path, query, body, timeout) to the sidecar, which relays it to
+//! its engine's [`genfront_protocol::Engine::control`] within the call's timeout and returns the
+//! engine's status, content type and body unchanged (an error status is an answer, not an
+//! error). The engine's `native_format` crosses with `Info`, so a sidecar in front of an SGLang
+//! engine is an SGLang worker to the frontend.
 //!
 //! Start reading at [`SidecarServer`] and [`RemoteEngine`]; the message design is documented in
 //! the `.proto` file.

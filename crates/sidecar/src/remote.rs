@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use genfront_protocol::{
-    Engine, EngineError, EngineInfo, EngineOutput, EngineRequest, ErrorKind, FinishReason,
-    OutputStream, ProbeFuture, Usage,
+    ControlCall, ControlFuture, Engine, EngineError, EngineInfo, EngineOutput, EngineRequest,
+    ErrorKind, FinishReason, OutputStream, ProbeFuture, Usage,
 };
 use tokio_util::sync::{CancellationToken, DropGuard, WaitForCancellationFutureOwned};
 use tonic::transport::{Channel, Endpoint};
@@ -33,6 +33,11 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// HTTP/2 keepalive ping interval, and how long an unanswered ping keeps the connection.
 const KEEPALIVE: Duration = Duration::from_secs(10);
+/// Extra time a control call is given over its own timeout, so the sidecar's timeout (with its
+/// message) answers before the client's deadline.
+const CONTROL_SLACK: Duration = Duration::from_secs(1);
+/// Longest deadline sent as `grpc-timeout` (its 8-digit field); longer calls send none.
+const MAX_GRPC_TIMEOUT: Duration = Duration::from_secs(99_999_999);
 /// Health watch retry backoff: first delay and cap.
 const WATCH_BACKOFF_MIN: Duration = Duration::from_millis(100);
 const WATCH_BACKOFF_MAX: Duration = Duration::from_secs(1);
@@ -59,6 +64,14 @@ const WATCH_BACKOFF_MAX: Duration = Duration::from_secs(1);
 ///   last clone of the engine is dropped.
 /// - [`Engine::probe`] is one `grpc.health.v1` `Check` RPC bounded by the timeout (SERVING →
 ///   `Ok`); the sidecar answers it with a probe of its engine, so it is an end-to-end check.
+/// - [`Engine::native_format`] is the sidecar engine's own (fetched with the `Info` call): a
+///   sidecar in front of an SGLang engine reports `"sglang"`, so fleet control sends it SGLang's
+///   calls; `None` for an engine that speaks every format (the mocker) and for older sidecars.
+/// - [`Engine::control`] is one `Control` RPC: the engine's own answer (any status) is `Ok`;
+///   the engine's failure arrives with its kind (a sidecar-side timeout as
+///   [`ErrorKind::Timeout`]); no answer within the call's timeout (plus 1 s for the sidecar's
+///   own timeout to answer first) is `Timeout`; a sidecar that cannot be reached is
+///   `Unavailable`; one without the RPC (older) is `Unsupported`.
 ///
 /// Cheap to clone; clones share the connection and the health state.
 #[derive(Clone)]
@@ -69,6 +82,7 @@ pub struct RemoteEngine {
 struct Inner {
     uri: Arc<str>,
     info: EngineInfo,
+    native_format: Option<&'static str>,
     client: EngineServiceClient<Channel>,
     health: HealthClient<Channel>,
     ready: Arc<AtomicBool>,
@@ -121,21 +135,24 @@ impl RemoteEngine {
                 .await
                 .map_err(|status| open_error(uri, &status))?
                 .into_inner();
+            // A format name beyond the interned ones is treated as none (speaks every format).
+            let native_format = info.native_format.as_deref().and_then(wire::intern_format);
             let info = wire::decode_info(&info).map_err(EngineError::from)?;
             let mut health = HealthClient::new(channel);
             let serving = health
                 .check(health_request())
                 .await
                 .is_ok_and(|r| r.get_ref().status == ServingStatus::Serving as i32);
-            Ok::<_, EngineError>((client, health, info, serving))
+            Ok::<_, EngineError>((client, health, info, native_format, serving))
         };
-        let (client, health, info, serving) = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake)
-            .await
-            .map_err(|_| {
-                EngineError::unavailable(format!(
-                    "sidecar {uri}: no answer within {HANDSHAKE_TIMEOUT:?}"
-                ))
-            })??;
+        let (client, health, info, native_format, serving) =
+            tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake)
+                .await
+                .map_err(|_| {
+                    EngineError::unavailable(format!(
+                        "sidecar {uri}: no answer within {HANDSHAKE_TIMEOUT:?}"
+                    ))
+                })??;
         let ready = Arc::new(AtomicBool::new(serving));
         let stop = CancellationToken::new();
         tokio::spawn(watch_health(
@@ -148,6 +165,7 @@ impl RemoteEngine {
             inner: Arc::new(Inner {
                 uri: Arc::from(uri),
                 info,
+                native_format,
                 client,
                 health,
                 ready,
@@ -193,6 +211,36 @@ impl Engine for RemoteEngine {
                 Err(_) => Err(EngineError::unavailable(format!(
                     "sidecar {uri}: no health answer within {timeout:?}"
                 ))),
+            }
+        })
+    }
+
+    fn native_format(&self) -> Option<&'static str> {
+        self.inner.native_format
+    }
+
+    /// One `Control` RPC (see the type's docs).
+    fn control(&self, call: ControlCall) -> ControlFuture<'_> {
+        let mut client = self.inner.client.clone();
+        let uri = Arc::clone(&self.inner.uri);
+        Box::pin(async move {
+            let deadline = call.timeout.saturating_add(CONTROL_SLACK);
+            let mut request = tonic::Request::new(wire::encode_control(call));
+            if deadline <= MAX_GRPC_TIMEOUT {
+                request.set_timeout(deadline);
+            }
+            let late = || {
+                EngineError::timeout(format!(
+                    "sidecar {uri}: no answer to the control call within {deadline:?}"
+                ))
+            };
+            match tokio::time::timeout(deadline, client.control(request)).await {
+                Err(_) => Err(late()),
+                Ok(Err(status)) if status.code() == Code::DeadlineExceeded => Err(late()),
+                Ok(Err(status)) => Err(open_error(&uri, &status)),
+                Ok(Ok(response)) => {
+                    wire::decode_control_result(response.into_inner()).map_err(EngineError::from)?
+                }
             }
         })
     }

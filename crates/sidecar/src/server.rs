@@ -248,9 +248,40 @@ impl EngineService for EngineHandler {
         &self,
         _request: Request<pb::InfoRequest>,
     ) -> Result<Response<pb::InfoResponse>, Status> {
-        wire::encode_info(self.engine.info())
-            .map(Response::new)
-            .map_err(|e| Status::internal(e.to_string()))
+        let mut info =
+            wire::encode_info(self.engine.info()).map_err(|e| Status::internal(e.to_string()))?;
+        info.native_format = self.engine.native_format().map(str::to_owned);
+        Ok(Response::new(info))
+    }
+
+    /// Relays the call to the engine's [`Engine::control`], bounded by the call's timeout
+    /// (`Timeout` when the engine does not answer in it) and by shutdown (`Unavailable`). A
+    /// request the wire cannot map (no action, unknown pause mode) is `InvalidArgument`.
+    async fn control(
+        &self,
+        request: Request<pb::ControlRequest>,
+    ) -> Result<Response<pb::ControlResponse>, Status> {
+        let result = match wire::decode_control(request.into_inner()) {
+            Err(error) => {
+                tracing::warn!(%error, "sidecar: malformed control request");
+                Err(EngineError::invalid_argument(error.to_string()))
+            }
+            Ok(call) => {
+                let timeout = call.timeout;
+                tracing::debug!(action = call.action.label(), path = %call.path, "sidecar: control");
+                tokio::select! {
+                    () = self.shutdown.cancelled() => Err(EngineError::unavailable(
+                        "sidecar is shutting down; the control call was not answered",
+                    )),
+                    answered = tokio::time::timeout(timeout, self.engine.control(call)) => {
+                        answered.unwrap_or_else(|_| Err(EngineError::timeout(format!(
+                            "the engine did not answer the control call within {timeout:?}"
+                        ))))
+                    }
+                }
+            }
+        };
+        Ok(Response::new(wire::encode_control_result(result)))
     }
 }
 

@@ -9,13 +9,22 @@
 //! The only inputs `decode_*` rejects are messages no `encode_*` produces: a missing required
 //! part, invalid JSON text, a sampling mask whose lengths do not add up, an out-of-range status
 //! code. Unknown error kinds decode as [`ErrorKind::Internal`] (forward compatibility).
+//!
+//! Control calls ([`encode_control`] / [`decode_control`]) carry a format name, which the
+//! contract holds as `&'static str`: the decoder maps it onto a static name ([`intern_format`]:
+//! `"sglang"`, `"vllm"`, and at most [`MAX_INTERNED_FORMATS`] others, kept for the process's
+//! life), so a peer cannot grow memory without bound.
+
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
 
 use bytes::Bytes;
 use genfront_protocol::{
-    Bootstrap, Candidate, Constraints, EngineError, EngineInfo, EngineOutput, EngineRequest,
-    ErrorKind, FinishReason, LogitBias, NativeBody, OutputOptions, PdLeg, PdRole,
-    PromptLogprobOptions, PromptLogprobs, RoutedExperts, RoutingHints, SamplingOptions,
-    StopConditions, StopMatch, StructuredOutput, TokenLogprob, Usage,
+    Bootstrap, Candidate, Constraints, ControlAction, ControlCall, ControlReply, EngineError,
+    EngineInfo, EngineOutput, EngineRequest, ErrorKind, FinishReason, LogitBias, NativeBody,
+    OutputOptions, PauseMode, PdLeg, PdRole, PromptLogprobOptions, PromptLogprobs, RoutedExperts,
+    RoutingHints, SamplingOptions, StopConditions, StopMatch, StructuredOutput, TokenLogprob,
+    Usage,
 };
 use serde_json::Value;
 
@@ -48,6 +57,9 @@ pub enum WireError {
     /// A number outside the range of its contract type.
     #[error("sidecar wire: `{0}` is out of range")]
     OutOfRange(&'static str),
+    /// A format name beyond the [`MAX_INTERNED_FORMATS`] distinct ones a process keeps.
+    #[error("sidecar wire: format `{0}` is unknown and no more format names are kept")]
+    Format(String),
 }
 
 impl From<WireError> for EngineError {
@@ -602,6 +614,7 @@ pub fn encode_info(info: &EngineInfo) -> Result<pb::InfoResponse, WireError> {
     serde_json::to_vec(info)
         .map(|json| pb::InfoResponse {
             info: Bytes::from(json),
+            native_format: None,
         })
         .map_err(|e| WireError::Json {
             field: "info",
@@ -636,4 +649,162 @@ fn decode_json(text: &[u8], field: &'static str) -> Result<Value, WireError> {
         field,
         reason: e.to_string(),
     })
+}
+
+// === Control ===
+
+/// At most this many format names besides `"sglang"` and `"vllm"` are interned per process.
+pub const MAX_INTERNED_FORMATS: usize = 32;
+
+static INTERNED: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+
+/// The static name for format `name`: `"sglang"` and `"vllm"` as they are, another name leaked
+/// once and reused (at most [`MAX_INTERNED_FORMATS`] of them; `None` beyond).
+pub fn intern_format(name: &str) -> Option<&'static str> {
+    match name {
+        "sglang" => return Some("sglang"),
+        "vllm" => return Some("vllm"),
+        _ => {}
+    }
+    let mut interned = INTERNED.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(known) = interned.iter().find(|n| **n == name) {
+        return Some(known);
+    }
+    if interned.len() >= MAX_INTERNED_FORMATS {
+        return None;
+    }
+    let leaked: &'static str = Box::leak(name.to_owned().into_boxed_str());
+    interned.push(leaked);
+    Some(leaked)
+}
+
+/// Map a control call onto the wire. The timeout travels in whole milliseconds (rounded down;
+/// saturating at `u64::MAX`).
+pub fn encode_control(call: ControlCall) -> pb::ControlRequest {
+    use pb::control_action::{Kind, Pause, SetWeightVersion, UpdateWeights};
+    let unit = pb::Unit {};
+    let kind = match call.action {
+        ControlAction::Pause { mode } => Kind::Pause(Pause {
+            mode: encode_pause_mode(mode).into(),
+        }),
+        ControlAction::Resume => Kind::Resume(unit),
+        ControlAction::FlushCache => Kind::FlushCache(unit),
+        ControlAction::UpdateWeights { version } => Kind::UpdateWeights(UpdateWeights { version }),
+        ControlAction::InitWeightsGroup => Kind::InitWeightsGroup(unit),
+        ControlAction::SetWeightVersion { version } => {
+            Kind::SetWeightVersion(SetWeightVersion { version })
+        }
+        ControlAction::IsPaused => Kind::IsPaused(unit),
+        ControlAction::WeightInfo => Kind::WeightInfo(unit),
+    };
+    pb::ControlRequest {
+        format: call.format.to_owned(),
+        action: Some(pb::ControlAction { kind: Some(kind) }),
+        method: call.method,
+        path: call.path,
+        query: call.query,
+        body: call.body,
+        timeout_ms: u64::try_from(call.timeout.as_millis()).unwrap_or(u64::MAX),
+    }
+}
+
+/// Map a wire control call back to the contract.
+///
+/// # Errors
+/// [`WireError::Missing`] without an action (or its kind), [`WireError::OutOfRange`] for an
+/// unknown or unspecified pause mode, [`WireError::Format`] for a format name that cannot be
+/// interned.
+pub fn decode_control(request: pb::ControlRequest) -> Result<ControlCall, WireError> {
+    use pb::control_action::Kind;
+    let kind = request
+        .action
+        .and_then(|a| a.kind)
+        .ok_or(WireError::Missing("action"))?;
+    let action = match kind {
+        Kind::Pause(p) => ControlAction::Pause {
+            mode: decode_pause_mode(p.mode)?,
+        },
+        Kind::Resume(_) => ControlAction::Resume,
+        Kind::FlushCache(_) => ControlAction::FlushCache,
+        Kind::UpdateWeights(u) => ControlAction::UpdateWeights { version: u.version },
+        Kind::InitWeightsGroup(_) => ControlAction::InitWeightsGroup,
+        Kind::SetWeightVersion(v) => ControlAction::SetWeightVersion { version: v.version },
+        Kind::IsPaused(_) => ControlAction::IsPaused,
+        Kind::WeightInfo(_) => ControlAction::WeightInfo,
+    };
+    let format = intern_format(&request.format).ok_or(WireError::Format(request.format))?;
+    Ok(ControlCall {
+        format,
+        action,
+        method: request.method,
+        path: request.path,
+        query: request.query,
+        body: request.body,
+        timeout: Duration::from_millis(request.timeout_ms),
+    })
+}
+
+fn encode_pause_mode(mode: PauseMode) -> pb::PauseMode {
+    match mode {
+        PauseMode::Abort => pb::PauseMode::Abort,
+        PauseMode::InPlace => pb::PauseMode::InPlace,
+        PauseMode::Retract => pb::PauseMode::Retract,
+        PauseMode::Wait => pb::PauseMode::Wait,
+        PauseMode::Keep => pb::PauseMode::Keep,
+    }
+}
+
+fn decode_pause_mode(mode: i32) -> Result<PauseMode, WireError> {
+    match pb::PauseMode::try_from(mode) {
+        Ok(pb::PauseMode::Abort) => Ok(PauseMode::Abort),
+        Ok(pb::PauseMode::InPlace) => Ok(PauseMode::InPlace),
+        Ok(pb::PauseMode::Retract) => Ok(PauseMode::Retract),
+        Ok(pb::PauseMode::Wait) => Ok(PauseMode::Wait),
+        Ok(pb::PauseMode::Keep) => Ok(PauseMode::Keep),
+        Ok(pb::PauseMode::Unspecified) | Err(_) => Err(WireError::OutOfRange("action.pause.mode")),
+    }
+}
+
+/// Map an engine's control answer (or failure) onto the wire; a failure as [`encode_error`].
+pub fn encode_control_result(result: Result<ControlReply, EngineError>) -> pb::ControlResponse {
+    use pb::control_response::Result as Answer;
+    let result = match result {
+        Ok(reply) => Answer::Reply(pb::ControlReply {
+            status: u32::from(reply.status),
+            content_type: reply.content_type,
+            body: reply.body,
+        }),
+        Err(error) => Answer::Error(encode_error(error)),
+    };
+    pb::ControlResponse {
+        result: Some(result),
+    }
+}
+
+/// Map a wire control answer back to the contract. A failure decodes as [`decode_error`], except
+/// that `Unavailable` with status code 504 is [`ErrorKind::Timeout`] again (how
+/// [`encode_error`] sends a timeout; an engine's own 504 answer is a reply, not a failure).
+///
+/// # Errors
+/// [`WireError::Missing`] without a result, [`WireError::OutOfRange`] for a status above
+/// `u16::MAX`.
+pub fn decode_control_result(
+    response: pb::ControlResponse,
+) -> Result<Result<ControlReply, EngineError>, WireError> {
+    use pb::control_response::Result as Answer;
+    match response.result.ok_or(WireError::Missing("result"))? {
+        Answer::Reply(reply) => Ok(Ok(ControlReply {
+            status: u16::try_from(reply.status).map_err(|_| WireError::OutOfRange("status"))?,
+            content_type: reply.content_type,
+            body: reply.body,
+        })),
+        Answer::Error(error) => {
+            let mut error = decode_error(error)?;
+            if error.kind == ErrorKind::Unavailable && error.status_code == Some(504) {
+                error.kind = ErrorKind::Timeout;
+                error.status_code = None;
+            }
+            Ok(Err(error))
+        }
+    }
 }
