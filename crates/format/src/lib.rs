@@ -178,13 +178,23 @@ pub struct AbortRoute {
 /// What an auxiliary (non-generate) route of a format answers.
 #[derive(Debug, Clone, Copy)]
 pub enum AuxKind {
-    /// A static answer built from the model's facts (e.g. SGLang `GET /get_model_info`, vLLM
-    /// `GET /v1/models`).
-    ModelInfo(fn(&EngineInfo) -> NativeResponse),
+    /// A static answer built from the model's facts and the fleet's state (e.g. SGLang
+    /// `GET /get_model_info`, vLLM `GET /v1/models`).
+    ModelInfo(fn(&EngineInfo, &FleetView<'_>) -> NativeResponse),
     /// A generation probe: the frontend sends a one-token request to an engine and answers 200
     /// with an empty body when a token arrives in time, 503 otherwise (SGLang
     /// `GET /health_generate`).
     GenerateProbe,
+}
+
+/// What genfront knows of its fleet beyond one engine's facts, for info routes
+/// ([`AuxKind::ModelInfo`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FleetView<'a> {
+    /// The fleet's weight version: the version set by the last successful weight update or
+    /// version tag through fleet control. `None`: none was set through genfront (an engine then
+    /// reports its own, SGLang's `"default"` unless launched with `--weight-version`).
+    pub weight_version: Option<&'a str>,
 }
 
 /// A format's auxiliary `GET` route.

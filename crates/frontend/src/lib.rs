@@ -402,7 +402,11 @@ pub fn app(state: Arc<AppState>, routes: &[Route]) -> axum::Router {
                                     "no available workers",
                                 );
                             };
-                            native_response(render(&facts))
+                            let version = st.router.current_version();
+                            let fleet = genfront_format::FleetView {
+                                weight_version: version.as_deref(),
+                            };
+                            native_response(render(&facts, &fleet))
                         }
                     }),
                 ),

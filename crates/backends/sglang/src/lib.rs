@@ -100,7 +100,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use genfront_format::{
-    AbortRoute, AuxKind, AuxRoute, CatalogEntry, FormatSettings, Framing, GenerateError,
+    AbortRoute, AuxKind, AuxRoute, CatalogEntry, FleetView, FormatSettings, Framing, GenerateError,
     GenerateFormat, NativeResponse, ParseInput, Prepared, Rejection, SettingKind, SettingSpec,
     SubRequest,
 };
@@ -247,7 +247,9 @@ fn build(settings: &FormatSettings) -> Arc<dyn GenerateFormat> {
 static AUX_ROUTES: [AuxRoute; 5] = aux_routes(server_info_cumulative);
 static AUX_ROUTES_INCREMENTAL: [AuxRoute; 5] = aux_routes(server_info_incremental);
 
-const fn aux_routes(server_info: fn(&EngineInfo) -> NativeResponse) -> [AuxRoute; 5] {
+const fn aux_routes(
+    server_info: fn(&EngineInfo, &FleetView<'_>) -> NativeResponse,
+) -> [AuxRoute; 5] {
     [
         AuxRoute {
             path: "/model_info",
@@ -276,12 +278,30 @@ const fn aux_routes(server_info: fn(&EngineInfo) -> NativeResponse) -> [AuxRoute
 /// `+genfront` local label (a valid PEP 440 version, so clients that parse it keep working).
 pub const SERVER_INFO_VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "+genfront");
 
-fn server_info_cumulative(info: &EngineInfo) -> NativeResponse {
-    json_response(&server_info(info, false))
+fn server_info_cumulative(info: &EngineInfo, fleet: &FleetView<'_>) -> NativeResponse {
+    json_response(&with_weight_version(server_info(info, false), fleet))
 }
 
-fn server_info_incremental(info: &EngineInfo) -> NativeResponse {
-    json_response(&server_info(info, true))
+fn server_info_incremental(info: &EngineInfo, fleet: &FleetView<'_>) -> NativeResponse {
+    json_response(&with_weight_version(server_info(info, true), fleet))
+}
+
+/// SGLang reports its weights' version as `weight_version` (`ServerArgs.weight_version`, default
+/// `"default"`, changed by weight updates that name one): genfront states the fleet's version
+/// when fleet control set one.
+fn with_weight_version(mut doc: serde_json::Value, fleet: &FleetView<'_>) -> serde_json::Value {
+    if let serde_json::Value::Object(m) = &mut doc {
+        match fleet.weight_version {
+            Some(v) => {
+                m.insert("weight_version".to_owned(), serde_json::Value::from(v));
+            }
+            None => {
+                m.entry("weight_version")
+                    .or_insert_with(|| serde_json::Value::from("default"));
+            }
+        }
+    }
+    doc
 }
 
 fn json_response(body: &serde_json::Value) -> NativeResponse {
@@ -356,13 +376,13 @@ pub fn server_info(info: &EngineInfo, incremental: bool) -> serde_json::Value {
 
 /// SGLang's `/model_info` body (`spec/sglang-native.md` §12.2) for the served model. Facts the
 /// engine contract does not carry (`model_type`, `architectures`) are `null`.
-fn model_info(info: &EngineInfo) -> NativeResponse {
+fn model_info(info: &EngineInfo, fleet: &FleetView<'_>) -> NativeResponse {
     let body = serde_json::json!({
         "model_path": info.model,
         "tokenizer_path": info.model,
         "is_generation": true,
         "preferred_sampling_params": null,
-        "weight_version": "default",
+        "weight_version": fleet.weight_version.unwrap_or("default"),
         "has_image_understanding": false,
         "has_audio_understanding": false,
         "model_type": null,

@@ -283,7 +283,7 @@ static AUX_ROUTES: [AuxRoute; 1] = [AuxRoute {
 
 /// vLLM's `GET /v1/models` (OpenAI `ModelList`): one card per served name (the model and its
 /// `--served-model-name` aliases), `root` the model, `max_model_len` the context length.
-fn models(info: &EngineInfo) -> NativeResponse {
+fn models(info: &EngineInfo, _fleet: &genfront_format::FleetView<'_>) -> NativeResponse {
     let created = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())

@@ -451,7 +451,12 @@ fn put_and_post_and_catalog() {
         ]
     );
     if let genfront_format::AuxKind::ModelInfo(info) = f.aux_routes()[0].kind {
-        let body = json_of(&info(&engine()).body);
+        let body = json_of(&info(&engine(), &genfront_format::FleetView::default()).body);
+        assert_eq!(body["weight_version"], "default");
+        let v2 = genfront_format::FleetView {
+            weight_version: Some("v2"),
+        };
+        assert_eq!(json_of(&info(&engine(), &v2).body)["weight_version"], "v2");
         assert_eq!(body["model_path"], "genfront-mock");
         assert_eq!(body["is_generation"], true);
     } else {
