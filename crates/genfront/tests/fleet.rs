@@ -219,6 +219,10 @@ async fn a_failed_weight_update_takes_the_worker_out_until_an_update_succeeds() 
     assert_eq!(ws[0]["weight_version"], "v2");
     assert_eq!(ws[2]["weight_version"], "v2");
     assert_eq!(workers["current_weight_version"], "v2");
+    let (_, info) = get(&format!("{url}/get_model_info")).await;
+    assert_eq!(info["weight_version"], "v2", "the fleet's version: {info}");
+    let (_, info) = get(&format!("{url}/server_info")).await;
+    assert_eq!(info["weight_version"], "v2", "the fleet's version in server info");
 
     let before = generate_calls(&oracles[1]).await;
     for _ in 0..12 {
