@@ -4,9 +4,15 @@ use clap::builder::BoolishValueParser;
 use clap::{Arg, ArgMatches, Command};
 use genfront_format::{Catalog, CatalogEntry, FormatSettings, SettingKind, SettingValue};
 
-static ENTRIES: &[CatalogEntry] = &[genfront_sglang::CATALOG_ENTRY, genfront_vllm::CATALOG_ENTRY];
+static ENTRIES: &[CatalogEntry] = &[
+    genfront_sglang::CATALOG_ENTRY,
+    genfront_vllm::CATALOG_ENTRY,
+    genfront_sglang_packed::CATALOG_ENTRY,
+];
 
-/// The catalog: SGLang (default format of `/generate`) and vLLM.
+/// The catalog: SGLang (default format of `/generate`), vLLM, and `sglang-packed` (SGLang with
+/// packed token ids; served only where configured: `--route /generate_packed=sglang-packed` or
+/// `DYN_GENERATE_FORMAT=sglang-packed`).
 pub const CATALOG: Catalog = Catalog {
     entries: ENTRIES,
     default_generate: "sglang",
@@ -105,5 +111,14 @@ mod tests {
         assert!(!parse(&["t"]).bool(&spec));
         assert!(parse(&["t", "--sglang-incremental-streaming"]).bool(&spec));
         assert!(!parse(&["t", "--sglang-incremental-streaming=false"]).bool(&spec));
+        let max = genfront_sglang_packed::MAX_UNPACKED_BYTES;
+        assert_eq!(parse(&["t"]).integer(&max), 64 << 20);
+        let set = parse(&["t", "--sglang-packed-max-unpacked-bytes", "4096"]);
+        assert_eq!(set.integer(&max), 4096);
+        let cmd = FormatArgs::augment_args(Command::new("t"));
+        assert!(
+            cmd.try_get_matches_from(["t", "--sglang-packed-max-unpacked-bytes", "lots"])
+                .is_err()
+        );
     }
 }
