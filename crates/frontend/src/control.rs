@@ -274,7 +274,14 @@ fn worker_json(w: &Worker) -> Value {
         "weights_failed": w.weights_failed(),
         "weight_version": w.weight_version(),
         "load": {"requests": w.load().requests(), "tokens": w.load().tokens()},
-        "facts": w.facts().and_then(|f| serde_json::to_value(f).ok()),
+        "facts": w.facts().and_then(|f| {
+            // The worker's whole server-info document is served by `/server_info`; not here.
+            let mut v = serde_json::to_value(f).ok()?;
+            if let Value::Object(m) = &mut v {
+                m.remove("server_info");
+            }
+            Some(v)
+        }),
     })
 }
 
