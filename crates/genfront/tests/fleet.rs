@@ -22,7 +22,9 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 fn sglang_oracles(n: usize) -> Vec<Oracle> {
-    (0..n).map(|_| Oracle::start(&["--api", "sglang"])).collect()
+    (0..n)
+        .map(|_| Oracle::start(&["--api", "sglang"]))
+        .collect()
 }
 
 fn vllm_oracles(n: usize) -> Vec<Oracle> {
@@ -69,7 +71,10 @@ async fn get(url: &str) -> (u16, Value) {
     let r = reqwest::Client::new().get(url).send().await.expect("get");
     let status = r.status().as_u16();
     let text = r.text().await.expect("body");
-    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
 }
 
 /// `/generate` calls the oracle has seen.
@@ -122,12 +127,19 @@ async fn pause_abort_ends_streams_with_partial_tokens_and_new_requests_wait_then
         if running >= 50 {
             break;
         }
-        assert!(Instant::now() < deadline, "only {running} of 50 streams running");
+        assert!(
+            Instant::now() < deadline,
+            "only {running} of 50 streams running"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
 
-    let (status, report, _) = post(&format!("{url}/pause_generation"), &json!({"mode": "abort"})).await;
+    let (status, report, _) = post(
+        &format!("{url}/pause_generation"),
+        &json!({"mode": "abort"}),
+    )
+    .await;
     assert_eq!(status, 200, "{report}");
     assert_eq!(report["success"], true);
     assert_eq!(outcomes(&report), ["ok", "ok", "ok"]);
@@ -147,13 +159,20 @@ async fn pause_abort_ends_streams_with_partial_tokens_and_new_requests_wait_then
         let finish = &last["meta_info"]["finish_reason"];
         assert_eq!(finish["type"], "abort", "native abort: {last}");
         let n = last["output_ids"].as_array().map_or(0, Vec::len);
-        assert!(n > 0 && n < 2000, "partial tokens ({n}) kept in the abort: {last}");
-        assert!(text.trim_end().ends_with("data: [DONE]"), "stream closed natively");
+        assert!(
+            n > 0 && n < 2000,
+            "partial tokens ({n}) kept in the abort: {last}"
+        );
+        assert!(
+            text.trim_end().ends_with("data: [DONE]"),
+            "stream closed natively"
+        );
     }
 
     // While every worker is paused, a new request waits --pause-wait, then the retryable 503.
     let started = Instant::now();
-    let (status, body, headers) = post(&format!("{url}/generate"), &common::sglang_body(4, false)).await;
+    let (status, body, headers) =
+        post(&format!("{url}/generate"), &common::sglang_body(4, false)).await;
     let waited = started.elapsed();
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["code"], "paused", "{body}");
@@ -175,17 +194,24 @@ async fn pause_abort_ends_streams_with_partial_tokens_and_new_requests_wait_then
     assert_eq!(status, 200, "{report}");
     assert_eq!(outcomes(&report), ["ok", "ok", "ok"]);
     let (status, body, _) = waiting.await.expect("task");
-    assert_eq!(status, 200, "the waiting request was served after the resume: {body}");
+    assert_eq!(
+        status, 200,
+        "the waiting request was served after the resume: {body}"
+    );
     assert_eq!(body["meta_info"]["finish_reason"]["type"], "length");
 
     // Traffic flows to every worker again.
     for _ in 0..9 {
-        let (status, body, _) = post(&format!("{url}/generate"), &common::sglang_body(2, false)).await;
+        let (status, body, _) =
+            post(&format!("{url}/generate"), &common::sglang_body(2, false)).await;
         assert_eq!(status, 200, "{body}");
     }
     let after: Vec<usize> = futures::future::join_all(oracles.iter().map(generate_calls)).await;
     for (i, (b, a)) in before.iter().zip(&after).enumerate() {
-        assert!(a > b, "worker {i} got no traffic after the resume ({b} -> {a})");
+        assert!(
+            a > b,
+            "worker {i} got no traffic after the resume ({b} -> {a})"
+        );
     }
 }
 
@@ -204,7 +230,10 @@ async fn a_failed_weight_update_takes_the_worker_out_until_an_update_succeeds() 
     assert_eq!(outcomes(&report), ["ok", "error", "ok"]);
     let failed = &report["workers"][1];
     assert_eq!(failed["status"], 400);
-    assert_eq!(failed["body"]["success"], false, "the engine's own body: {failed}");
+    assert_eq!(
+        failed["body"]["success"], false,
+        "the engine's own body: {failed}"
+    );
     assert_eq!(
         failed["body"]["message"],
         "Failed to get weights iterator: /models/v2."
@@ -222,13 +251,20 @@ async fn a_failed_weight_update_takes_the_worker_out_until_an_update_succeeds() 
     let (_, info) = get(&format!("{url}/get_model_info")).await;
     assert_eq!(info["weight_version"], "v2", "the fleet's version: {info}");
     let (_, info) = get(&format!("{url}/server_info")).await;
-    assert_eq!(info["weight_version"], "v2", "the fleet's version in server info");
+    assert_eq!(
+        info["weight_version"], "v2",
+        "the fleet's version in server info"
+    );
 
     let before = generate_calls(&oracles[1]).await;
     for _ in 0..12 {
-        let (status, body, _) = post(&format!("{url}/generate"), &common::sglang_body(2, false)).await;
+        let (status, body, _) =
+            post(&format!("{url}/generate"), &common::sglang_body(2, false)).await;
         assert_eq!(status, 200, "{body}");
-        assert_eq!(body["meta_info"]["weight_version"], "v2", "served by an updated worker");
+        assert_eq!(
+            body["meta_info"]["weight_version"], "v2",
+            "served by an updated worker"
+        );
     }
     assert_eq!(
         generate_calls(&oracles[1]).await,
@@ -237,7 +273,9 @@ async fn a_failed_weight_update_takes_the_worker_out_until_an_update_succeeds() 
     );
 
     // The next successful update restores it.
-    oracles[1].config(json!({"update_weights_fail": null})).await;
+    oracles[1]
+        .config(json!({"update_weights_fail": null}))
+        .await;
     let update = json!({"model_path": "/models/v3", "weight_version": "v3"});
     let (status, report, _) = post(&format!("{url}/update_weights_from_disk"), &update).await;
     assert_eq!(status, 200, "{report}");
@@ -266,7 +304,10 @@ async fn route_current_version_keeps_traffic_on_updated_workers() {
     // Refit two of the three (a rolling update): only they take traffic until the third is done.
     let update = json!({"model_path": "/models/v2", "weight_version": "v2"});
     let (status, report, _) = post(
-        &format!("{url}/update_weights_from_disk?workers={},{}", ids[0], ids[2]),
+        &format!(
+            "{url}/update_weights_from_disk?workers={},{}",
+            ids[0], ids[2]
+        ),
         &update,
     )
     .await;
@@ -274,10 +315,15 @@ async fn route_current_version_keeps_traffic_on_updated_workers() {
     assert_eq!(report["workers"].as_array().map(Vec::len), Some(2));
     let before = generate_calls(&oracles[1]).await;
     for _ in 0..9 {
-        let (status, body, _) = post(&format!("{url}/generate"), &common::sglang_body(2, false)).await;
+        let (status, body, _) =
+            post(&format!("{url}/generate"), &common::sglang_body(2, false)).await;
         assert_eq!(status, 200, "{body}");
     }
-    assert_eq!(generate_calls(&oracles[1]).await, before, "stale worker got traffic");
+    assert_eq!(
+        generate_calls(&oracles[1]).await,
+        before,
+        "stale worker got traffic"
+    );
     let (status, _, _) = post(
         &format!("{url}/update_weights_from_disk?workers={}", ids[1]),
         &update,
@@ -320,7 +366,10 @@ async fn vllm_pause_keep_is_paused_and_resume_on_a_subset() {
     assert_eq!(report["workers"][0]["body"], json!({"status": "paused"}));
     let log = oracles[0].log().await;
     assert_eq!(log["paused"], true);
-    assert_eq!(log["pause_mode"], "keep", "the query reached the engine unchanged");
+    assert_eq!(
+        log["pause_mode"], "keep",
+        "the query reached the engine unchanged"
+    );
     assert_eq!(oracles[1].log().await["paused"], false);
     let (status, report) = get(&format!("{url}/is_paused")).await;
     assert_eq!(status, 200);
@@ -333,7 +382,9 @@ async fn vllm_pause_keep_is_paused_and_resume_on_a_subset() {
     assert_eq!(paused, [json!(true), json!(false), json!(false)]);
     // An unknown mode is vLLM 0.33.0's own 400 (its validation handler, not FastAPI's 422),
     // answered without a fan-out: no engine sees the call.
-    let seen = oracles[1].log().await["others"].as_array().map_or(0, Vec::len);
+    let seen = oracles[1].log().await["others"]
+        .as_array()
+        .map_or(0, Vec::len);
     let r = client
         .post(format!("{url}/pause?mode=sideways"))
         .send()
@@ -344,13 +395,17 @@ async fn vllm_pause_keep_is_paused_and_resume_on_a_subset() {
     assert_eq!(refusal["error"]["code"], 400, "vLLM's envelope: {refusal}");
     let others = oracles[1].log().await["others"].clone();
     assert!(
-        !others
-            .as_array()
-            .is_some_and(|o| o[seen.min(o.len())..].iter().any(|e| e["path"].as_str().is_some_and(|p| p.starts_with("/pause")))),
+        !others.as_array().is_some_and(|o| o[seen.min(o.len())..]
+            .iter()
+            .any(|e| e["path"].as_str().is_some_and(|p| p.starts_with("/pause")))),
         "the refused call reached an engine: {others}"
     );
     // Pause the rest: with --pause-wait 0 a request is refused at once, retryably.
-    let r = client.post(format!("{url}/pause?mode=abort")).send().await.expect("pause");
+    let r = client
+        .post(format!("{url}/pause?mode=abort"))
+        .send()
+        .await
+        .expect("pause");
     assert_eq!(r.status(), 200);
     let body_gen = json!({"token_ids": [1, 2, 3], "sampling_params": {"max_tokens": 2}});
     let (status, body, headers) = post(&format!("{url}/inference/v1/generate"), &body_gen).await;
@@ -358,7 +413,11 @@ async fn vllm_pause_keep_is_paused_and_resume_on_a_subset() {
     assert_eq!(body["error"]["code"], "paused", "{body}");
     assert_eq!(body["error"]["retryable"], true);
     assert!(headers.get("retry-after").is_some());
-    let r = client.post(format!("{url}/resume")).send().await.expect("resume");
+    let r = client
+        .post(format!("{url}/resume"))
+        .send()
+        .await
+        .expect("resume");
     assert_eq!(r.status(), 200);
     let (status, body, _) = post(&format!("{url}/inference/v1/generate"), &body_gen).await;
     assert_eq!(status, 200, "{body}");
@@ -388,13 +447,17 @@ async fn admin_api_lists_adds_and_removes_workers() {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let (_, list) = get(&format!("{url}/workers")).await;
-        let ready = list["workers"]
-            .as_array()
-            .is_some_and(|w| w.iter().any(|w| w["id"] == "extra" && w["state"] == "ready"));
+        let ready = list["workers"].as_array().is_some_and(|w| {
+            w.iter()
+                .any(|w| w["id"] == "extra" && w["state"] == "ready")
+        });
         if ready {
             break;
         }
-        assert!(Instant::now() < deadline, "added worker never ready: {list}");
+        assert!(
+            Instant::now() < deadline,
+            "added worker never ready: {list}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     for _ in 0..4 {
@@ -417,7 +480,11 @@ async fn admin_api_lists_adds_and_removes_workers() {
     for _ in 0..4 {
         post(&format!("{url}/generate"), &common::sglang_body(2, false)).await;
     }
-    assert_eq!(generate_calls(&oracles[1]).await, before, "removed worker got traffic");
+    assert_eq!(
+        generate_calls(&oracles[1]).await,
+        before,
+        "removed worker got traffic"
+    );
     let r = reqwest::Client::new()
         .delete(format!("{url}/workers/extra"))
         .send()
@@ -471,7 +538,9 @@ async fn control_and_admin_routes_need_the_admin_key() {
         let r = send(None).await.expect("send");
         assert_eq!(r.status(), 401, "{path} without a key");
         assert_eq!(
-            r.headers().get("www-authenticate").and_then(|v| v.to_str().ok()),
+            r.headers()
+                .get("www-authenticate")
+                .and_then(|v| v.to_str().ok()),
             Some("Bearer")
         );
         let r = send(Some("tenant-key")).await.expect("send");
@@ -502,4 +571,94 @@ async fn control_and_admin_routes_need_the_admin_key() {
         .await
         .expect("send");
     assert_eq!(r.status(), 200);
+}
+
+/// The embedded mocker speaks fleet control too: `--mock 3` and a P/D pair of mocks, paused and
+/// resumed through genfront (the mocks' own abort, freeze and hold semantics).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_mocks_pause_abort_streams_and_pd_workers_are_all_reached() {
+    let argv: Vec<String> = ["--mock", "3", "--pause-wait", "300ms"]
+        .map(str::to_owned)
+        .to_vec();
+    let (url, _server, _stop) = common::genfront(&argv).await;
+    let client = reqwest::Client::new();
+    let mut streams = Vec::new();
+    for i in 0..12 {
+        let client = client.clone();
+        let url = format!("{url}/generate");
+        streams.push(tokio::spawn(async move {
+            let body = json!({"input_ids": [9, 8, 7, i], "stream": true,
+                              "sampling_params": {"max_new_tokens": 3000, "ignore_eos": true}});
+            client
+                .post(url)
+                .json(&body)
+                .send()
+                .await
+                .expect("stream")
+                .text()
+                .await
+                .expect("body")
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let (status, report, _) = post(
+        &format!("{url}/pause_generation"),
+        &json!({"mode": "abort"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(outcomes(&report), ["ok", "ok", "ok"]);
+    for s in streams {
+        let text = tokio::time::timeout(Duration::from_secs(10), s)
+            .await
+            .expect("stream ended after the pause")
+            .expect("task");
+        let events = common::sse_events(&text);
+        let last = events.last().expect("events");
+        assert_eq!(
+            last["meta_info"]["finish_reason"]["type"], "abort",
+            "{last}"
+        );
+        let n = last["output_ids"].as_array().map_or(0, Vec::len);
+        assert!(n > 0 && n < 3000, "partial tokens: {n}");
+    }
+    let (status, body, _) = post(&format!("{url}/generate"), &common::sglang_body(2, false)).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["code"], "paused");
+    let (status, _, _) = post(&format!("{url}/continue_generation"), &json!({})).await;
+    assert_eq!(status, 200);
+    let (status, body, _) = post(&format!("{url}/generate"), &common::sglang_body(2, false)).await;
+    assert_eq!(status, 200, "{body}");
+
+    // P/D: a pause reaches the prefill and the decode worker.
+    let argv: Vec<String> = ["--mock-prefill", "1", "--mock-decode", "1"]
+        .map(str::to_owned)
+        .to_vec();
+    let (url, _server, _stop2) = common::genfront(&argv).await;
+    let (status, report, _) = post(
+        &format!("{url}/pause_generation"),
+        &json!({"mode": "in_place"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{report}");
+    let roles: Vec<&str> = report["workers"]
+        .as_array()
+        .expect("workers")
+        .iter()
+        .filter_map(|w| w["role"].as_str())
+        .collect();
+    assert_eq!(roles, ["prefill", "decode"]);
+    let (_, list) = get(&format!("{url}/workers")).await;
+    assert!(
+        list["workers"]
+            .as_array()
+            .expect("workers")
+            .iter()
+            .all(|w| w["state"] == "paused"),
+        "{list}"
+    );
+    let (status, _, _) = post(&format!("{url}/continue_generation"), &json!({})).await;
+    assert_eq!(status, 200);
+    let (status, body, _) = post(&format!("{url}/generate"), &common::sglang_body(2, false)).await;
+    assert_eq!(status, 200, "{body}");
 }
