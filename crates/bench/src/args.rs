@@ -154,6 +154,12 @@ pub struct BenchArgs {
     #[arg(long, env = "GENFRONT_BENCH_STREAM", help_heading = "Request")]
     pub stream: bool,
 
+    /// SGLang only: send `input_ids` packed (`{"b64zstd": …}`, base64 of zstd of little-endian
+    /// u32) with `"packed_output": true`, as genfront's `sglang-packed` format takes them; the
+    /// default path becomes `/generate_packed`.
+    #[arg(long, env = "GENFRONT_BENCH_PACKED", help_heading = "Request")]
+    pub packed: bool,
+
     /// Ask for K top logprobs per output token.
     #[arg(
         long,
@@ -212,6 +218,9 @@ pub enum ConfigError {
     /// `--duration` or `--timeout` was zero.
     #[error("--{0} must be longer than 0")]
     ZeroDuration(&'static str),
+    /// `--packed` with a format other than SGLang.
+    #[error("--packed needs --format sglang")]
+    Packed,
 }
 
 impl BenchArgs {
@@ -249,12 +258,20 @@ impl BenchArgs {
         if self.timeout.is_zero() {
             return Err(ConfigError::ZeroDuration("timeout"));
         }
+        if self.packed && self.format != Format::Sglang {
+            return Err(ConfigError::Packed);
+        }
         Ok(())
     }
 
     /// The full target URI (`--url` + path) as a string.
     pub fn target(&self) -> String {
-        let path = self.path.as_deref().unwrap_or(self.format.default_path());
+        let default = if self.packed {
+            "/generate_packed"
+        } else {
+            self.format.default_path()
+        };
+        let path = self.path.as_deref().unwrap_or(default);
         format!("{}{}", self.url.trim_end_matches('/'), path)
     }
 

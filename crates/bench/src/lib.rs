@@ -150,6 +150,8 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
         distinct_prompts: ctx.bodies.distinct(),
         max_new_tokens: args.max_new_tokens,
         logprobs: args.logprobs,
+        packed: args.packed,
+        request_bytes: ctx.bodies.mean_bytes(),
         warmup: args.warmup,
     };
     let report = Report::assemble(config, elapsed, &shards.merged(), procs);

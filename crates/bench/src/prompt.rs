@@ -78,6 +78,12 @@ impl Bodies {
     pub fn distinct(&self) -> usize {
         self.pool.len()
     }
+
+    /// Mean bytes of a request body over the pool.
+    pub fn mean_bytes(&self) -> u64 {
+        let total: usize = self.pool.iter().map(Bytes::len).sum();
+        (total / self.pool.len().max(1)) as u64
+    }
 }
 
 fn prompt(args: &BenchArgs, i: u64) -> Vec<u32> {
@@ -94,15 +100,25 @@ fn fill_prompt(args: &BenchArgs, i: u64, ids: &mut Vec<u32>) {
     ids.extend((0..args.prompt_len).map(|_| (rng.next_u64() % vocab) as u32));
 }
 
+/// SGLang `input_ids`: the list, or packed (`--packed`).
+#[derive(Serialize)]
+#[serde(untagged)]
+enum SglIds<'a> {
+    Plain(&'a [u32]),
+    Packed { b64zstd: String },
+}
+
 #[derive(Serialize)]
 struct SglBody<'a> {
-    input_ids: &'a [u32],
+    input_ids: SglIds<'a>,
     sampling_params: SglSampling,
     stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     return_logprob: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     top_logprobs_num: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    packed_output: Option<bool>,
 }
 
 #[derive(Serialize)]
@@ -130,7 +146,13 @@ struct VllmSampling {
 fn body(args: &BenchArgs, ids: &[u32]) -> Vec<u8> {
     let r = match args.format {
         Format::Sglang => serde_json::to_vec(&SglBody {
-            input_ids: ids,
+            input_ids: if args.packed {
+                SglIds::Packed {
+                    b64zstd: genfront_sglang_packed::codec::pack(ids),
+                }
+            } else {
+                SglIds::Plain(ids)
+            },
             sampling_params: SglSampling {
                 max_new_tokens: args.max_new_tokens,
                 ignore_eos: true,
@@ -138,6 +160,7 @@ fn body(args: &BenchArgs, ids: &[u32]) -> Vec<u8> {
             stream: args.stream,
             return_logprob: args.logprobs.map(|_| true),
             top_logprobs_num: args.logprobs,
+            packed_output: args.packed.then_some(true),
         }),
         Format::Vllm => serde_json::to_vec(&VllmBody {
             token_ids: ids,
@@ -175,6 +198,30 @@ mod tests {
 
     fn json_of(b: &Bodies, i: u64) -> Value {
         serde_json::from_slice(&b.get(i)).expect("json")
+    }
+
+    #[test]
+    fn packed_sglang_bodies_unpack_to_the_plain_ids() {
+        let plain = args(&["--format", "sglang", "--prompt-len", "300"]);
+        let packed = args(&["--format", "sglang", "--prompt-len", "300", "--packed"]);
+        let a = Bodies::build(&plain, 2);
+        let b = Bodies::build(&packed, 2);
+        let (va, vb) = (json_of(&a, 1), json_of(&b, 1));
+        assert_eq!(vb["packed_output"], json!(true));
+        let text = vb["input_ids"]["b64zstd"].as_str().expect("packed");
+        let ids = genfront_sglang_packed::codec::unpack(text, 1 << 20).expect("unpacks");
+        let want: Vec<u32> = va["input_ids"]
+            .as_array()
+            .expect("ids")
+            .iter()
+            .filter_map(Value::as_u64)
+            .map(|n| n as u32)
+            .collect();
+        assert_eq!(ids, want);
+        assert!(b.mean_bytes() < a.mean_bytes());
+        assert_eq!(packed.target(), "http://h:1/generate_packed");
+        let vllm = args(&["--format", "vllm", "--packed"]);
+        assert!(vllm.validate().is_err());
     }
 
     #[test]

@@ -47,6 +47,10 @@ pub struct RunConfig {
     pub max_new_tokens: u32,
     /// Top logprobs requested per token, if any.
     pub logprobs: Option<u32>,
+    /// Ids sent packed with a packed answer asked for (`--packed`).
+    pub packed: bool,
+    /// Mean bytes of one request body.
+    pub request_bytes: u64,
     /// Unmeasured requests sent first.
     pub warmup: u64,
 }
@@ -196,6 +200,10 @@ fn write_table(s: &mut String, r: &Report) -> std::fmt::Result {
     if let Some(k) = c.logprobs {
         write!(s, ", logprobs {k}")?;
     }
+    if c.packed {
+        write!(s, ", packed")?;
+    }
+    write!(s, ", {} B/request body", c.request_bytes)?;
     writeln!(s, ", warmup {}", c.warmup)?;
     writeln!(
         s,

@@ -296,8 +296,27 @@ impl<'de> Deserialize<'de> for IdSummary {
                 }
                 Ok(IdSummary { len, first })
             }
+            /// A packed list (`{"b64zstd": …}`, genfront's `sglang-packed`): not decoded; its
+            /// answers carry `meta_info.completion_tokens`, which is counted instead.
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<IdSummary, A::Error> {
+                let mut packed = false;
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    packed |= key == "b64zstd";
+                    map.next_value::<IgnoredAny>()?;
+                }
+                if !packed {
+                    return Err(serde::de::Error::custom("not a packed id list"));
+                }
+                Ok(IdSummary {
+                    len: 0,
+                    first: None,
+                })
+            }
         }
-        d.deserialize_seq(V)
+        d.deserialize_any(V)
     }
 }
 

@@ -17,6 +17,8 @@ fn config(mode: LoadMode) -> RunConfig {
         distinct_prompts: 10,
         max_new_tokens: 4,
         logprobs: Some(2),
+        packed: false,
+        request_bytes: 120,
         warmup: 1,
     }
 }

@@ -24,6 +24,12 @@ fn sglang_unary_counts_completion_tokens() {
 }
 
 #[test]
+fn sglang_packed_answers_count_completion_tokens() {
+    let body = r#"{"output_ids":{"b64zstd":"KLUv/SAIQQAAAQAAAAIAAAA="},"meta_info":{"completion_tokens":2}}"#;
+    assert_eq!(unary_tokens(Format::Sglang, body.as_bytes()), Ok(2));
+}
+
+#[test]
 fn sglang_unary_errors() {
     let abort = r#"{"text":"","output_ids":[],"meta_info":{"id":"x","finish_reason":{"type":"abort","message":"Aborted","status_code":null,"err_type":null},"completion_tokens":0}}"#;
     assert_eq!(
