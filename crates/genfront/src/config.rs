@@ -36,7 +36,7 @@ pub enum Command {
     /// Run a native mock engine server (SGLang or vLLM API) with scripted faults.
     Mocker(genfront_mockserver::MockServerArgs),
     /// Serve one engine (a native SGLang/vLLM server, or a mock) to frontends over gRPC.
-    Sidecar(SidecarArgs),
+    Sidecar(Box<SidecarArgs>),
     /// Load-test a running SGLang- or vLLM-native server (genfront or an engine) and report
     /// throughput, latency/TTFT/ITL percentiles and per-process CPU and memory.
     Bench(genfront_bench::BenchArgs),
