@@ -8,23 +8,26 @@
 //! `model_path` body keys). Native refusals of malformed calls (FastAPI's 422) are the format's
 //! job (`ControlRoute::parse`); the mock never sees those calls.
 //!
-//! Answers, per format (the engines' own bodies; SGLang 0.5.23 `http_server.py`, vLLM 0.33.0
-//! `entrypoints/serve/rlhf/api_router.py`; `oracle_engine.py` `_sg_rl` / `_vl_rl`):
+//! Answers, per format (the engines' own bodies at the pinned SGLang 0.5.23 `http_server.py` and
+//! vLLM 0.33.0 `entrypoints/rl/online/api_router.py` / `serve/dev/cache/api_router.py`, as
+//! recorded in the formats' `control` modules (`genfront_sglang::control`,
+//! `genfront_vllm::control`); `oracle_engine.py` `_sg_rl` / `_vl_rl` where the engine is silent):
 //!
 //! | action | SGLang | vLLM |
 //! |---|---|---|
 //! | `Pause` | 200 `{"message":"Generation paused successfully.","status":"ok"}` | 200 `{"status":"paused"}` |
 //! | `Resume` | 200 `{"message":"Generation continued successfully.","status":"ok"}` | 200 `{"status":"resumed"}` |
-//! | `FlushCache` | 200 / 400 (requests running) with SGLang's text, no content type | 200, empty body |
+//! | `FlushCache` | 200 `Cache flushed.\n…` / 400 `Flush cache failed.\n` (requests running), no content type | 200 `{"success":B}` (`false` while requests run, unless `reset_running_requests=true`) |
 //! | `UpdateWeights` | 200 `{"success":true,"message",…}` / 400 `{"success":false,"message",…}` | 200 `{"message":"Weights updated"}` / 500 `Internal Server Error` |
 //! | `InitWeightsGroup` | 200 `{"success":true,"message"}` | 200 `{"message":"Weight transfer initialized"}` |
-//! | `SetWeightVersion` | 200 `{"success":true,"message":"Weight version updated to V","new_version":V}` | the same body |
+//! | `SetWeightVersion` | 200 `{"success":true,"message":"Weight version updated to V","new_version":V}` | 200 `{"success":true,"new_version":V}` |
 //! | `IsPaused` | 200 `{"is_paused":B}` | 200 `{"is_paused":B}` |
-//! | `WeightInfo` | 200 `{"weight_version":V}` | 200 `{"weight_version":V}` |
+//! | `WeightInfo` | 200 `{"weight_version":V}` (`"default"` before any) | 200 `{"weight_version":V}` (`null` before any) |
 //!
-//! SGLang's `/update_weights_from_disk` answer also carries `"num_paused_requests":0`. Where the
-//! two engines' pinned sources name no route for an action (SGLang has no `/is_paused`, vLLM
-//! 0.33.0 no weight-version route), the mock answers with the shape the other engine uses.
+//! SGLang's `/update_weights_from_disk` answer also carries `"num_paused_requests":0`. Where a
+//! pinned engine has no route for an action (SGLang 0.5.23 has no `/is_paused` or
+//! `/get_weight_version`; vLLM's format fans out no weight-loading route), the mock answers
+//! with the oracle's shape or the other engine's.
 //!
 //! Semantics:
 //! - **`Pause{Abort}`** ends every request in flight at once: each unfinished choice's last item
@@ -38,14 +41,22 @@
 //! - **`Wait`** answers once the requests in flight have finished (they keep generating); no
 //!   answer within `call.timeout` is [`genfront_protocol::ErrorKind::Timeout`] (the pause stays in
 //!   force).
-//! - **While paused** (any mode), new requests are held before they start (no progress, not
-//!   counted as running) until `Resume`, as SGLang's `is_pause_cond` and vLLM's `AsyncLLM` hold
-//!   them. A held request can still be cancelled; a later `Pause{Abort}` does not abort it (the
-//!   engines abort what is scheduled, not what waits for the pause to end).
+//! - **While paused**, new requests are held before they start (no progress, not counted as
+//!   running) until `Resume`, as SGLang's `is_pause_cond` holds them in every mode and vLLM's
+//!   `keep` queues them. A held request can still be cancelled; a later `Pause{Abort}` does not
+//!   abort it (the engines abort what is scheduled, not what waits for the pause to end).
+//!   A vLLM `abort` or `wait` pause instead **refuses** new requests until `Resume`, as vLLM's
+//!   `RetryableRequestError` does: [`genfront_protocol::ErrorKind::Unavailable`] with status
+//!   503 (a retryable refusal, not a worker failure), message [`VLLM_PAUSED_MESSAGE`] (wording
+//!   not taken from the engine).
 //! - vLLM's `Pause{Abort|Wait}` clears the prefix cache unless `clear_cache=false`; SGLang's
 //!   update clears it unless the body says `"flush_cache": false`; SGLang's `FlushCache` refuses
 //!   with 400 while a request runs (frozen ones included: they are still scheduled); vLLM's
-//!   reset answers 200 and resets only when nothing runs or `reset_running_requests=true`.
+//!   reset answers 200 and resets only when nothing runs or `reset_running_requests=true`
+//!   (`{"success": false}` otherwise).
+//! - SGLang's `/update_weight_version` aborts every request in flight first unless the body
+//!   says `"abort_all_requests": false` (the engine's default is `true`); its weight updates
+//!   abort only with `"abort_all_requests": true`.
 //! - **Weight version**: `UpdateWeights { version: Some(v) }` (on success) and
 //!   `SetWeightVersion` set it. Once set, every output carries it where the engines report one:
 //!   `engine_data.meta_info.weight_version` on every item (SGLang's `meta_info`) and, on a
@@ -73,8 +84,13 @@ use crate::engine::Shared;
 
 /// The version reported for tokens made before any version was set (both engines' default).
 pub(crate) const DEFAULT_WEIGHT_VERSION: &str = "default";
-/// SGLang's `/flush_cache` text, the same for success (200) and refusal (400).
+/// SGLang's `/flush_cache` text on success (200).
 pub const SGLANG_FLUSH_CACHE_TEXT: &str = "Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n";
+/// SGLang's `/flush_cache` text when requests are running or waiting (400).
+pub const SGLANG_FLUSH_CACHE_FAILED: &str = "Flush cache failed.\n";
+/// The message of the refusal a new request gets while a vLLM `abort`/`wait` pause is in force.
+pub const VLLM_PAUSED_MESSAGE: &str =
+    "Generation is paused; the request was not accepted. Retry after the engine resumes.";
 /// At most this many [`ControlRecord`]s are kept (oldest dropped first).
 pub const CONTROL_LOG_CAPACITY: usize = 10_000;
 /// A recorded body is cut to this many bytes (then ends with `…`).
@@ -114,6 +130,8 @@ pub(crate) struct ControlState {
     pause: watch::Sender<Option<PauseMode>>,
     /// Fast-path mirror of `pause.is_some()`, read at every step boundary.
     paused: AtomicBool,
+    /// New requests are refused (not held) while this pause lasts (vLLM `abort` / `wait`).
+    refuse_new: AtomicBool,
     /// Fired by a pause with `abort` (and by `abort_all_requests`): every run that took this
     /// token before ends. Replaced by a fresh token each time.
     halt: Mutex<CancellationToken>,
@@ -153,6 +171,7 @@ impl ControlState {
         Self {
             pause: watch::Sender::new(None),
             paused: AtomicBool::new(false),
+            refuse_new: AtomicBool::new(false),
             halt: Mutex::new(CancellationToken::new()),
             idle: Notify::new(),
             version: Mutex::new(None),
@@ -177,7 +196,13 @@ impl ControlState {
         self.is_paused() && self.pause_mode().is_some_and(PauseMode::keeps_requests)
     }
 
-    fn set_pause(&self, mode: Option<PauseMode>) {
+    /// Whether new requests are refused now (see the module docs).
+    pub(crate) fn refuses_new(&self) -> bool {
+        self.is_paused() && self.refuse_new.load(Ordering::Acquire)
+    }
+
+    fn set_pause(&self, mode: Option<PauseMode>, refuse_new: bool) {
+        self.refuse_new.store(refuse_new, Ordering::Release);
         self.paused.store(mode.is_some(), Ordering::Release);
         self.pause.send_replace(mode);
     }
@@ -323,7 +348,9 @@ async fn act(shared: &Arc<Shared>, call: &ControlCall) -> Result<ControlReply, E
     let flag = |key: &str| body.get(key).and_then(Value::as_bool);
     match &call.action {
         ControlAction::Pause { mode } => {
-            state.set_pause(Some(*mode));
+            let refuse =
+                native == Native::Vllm && matches!(mode, PauseMode::Abort | PauseMode::Wait);
+            state.set_pause(Some(*mode), refuse);
             match mode {
                 PauseMode::Abort => {
                     state.halt_all();
@@ -348,7 +375,7 @@ async fn act(shared: &Arc<Shared>, call: &ControlCall) -> Result<ControlReply, E
             })
         }
         ControlAction::Resume => {
-            state.set_pause(None);
+            state.set_pause(None, false);
             Ok(match native {
                 Native::Sglang => ok_json(
                     json!({"message": "Generation continued successfully.", "status": "ok"}),
@@ -362,23 +389,24 @@ async fn act(shared: &Arc<Shared>, call: &ControlCall) -> Result<ControlReply, E
                 if ok {
                     shared.cache.clear();
                 }
+                let text = if ok {
+                    SGLANG_FLUSH_CACHE_TEXT
+                } else {
+                    SGLANG_FLUSH_CACHE_FAILED
+                };
                 ControlReply {
                     status: if ok { 200 } else { 400 },
                     content_type: None,
-                    body: SGLANG_FLUSH_CACHE_TEXT.as_bytes().to_vec().into(),
+                    body: text.as_bytes().to_vec().into(),
                 }
             }
             Native::Vllm => {
-                if shared.counters_running() == 0
-                    || query_flag(&call.query, "reset_running_requests") == Some(true)
-                {
+                let ok = shared.counters_running() == 0
+                    || query_flag(&call.query, "reset_running_requests") == Some(true);
+                if ok {
                     shared.cache.clear();
                 }
-                ControlReply {
-                    status: 200,
-                    content_type: None,
-                    body: Vec::new().into(),
-                }
+                ok_json(json!({"success": ok}))
             }
         }),
         ControlAction::UpdateWeights { version } => {
@@ -442,21 +470,28 @@ async fn act(shared: &Arc<Shared>, call: &ControlCall) -> Result<ControlReply, E
             Native::Vllm => ok_json(json!({"message": "Weight transfer initialized"})),
         }),
         ControlAction::SetWeightVersion { version } => {
-            if flag("abort_all_requests") == Some(true) {
+            // SGLang's `abort_all_requests` defaults to true; vLLM's route aborts nothing.
+            if native == Native::Sglang && flag("abort_all_requests") != Some(false) {
                 state.halt_all();
             }
             state.set_version(version);
-            Ok(ok_json(json!({
-                "success": true,
-                "message": format!("Weight version updated to {version}"),
-                "new_version": version,
-            })))
+            Ok(ok_json(match native {
+                Native::Sglang => json!({
+                    "success": true,
+                    "message": format!("Weight version updated to {version}"),
+                    "new_version": version,
+                }),
+                Native::Vllm => json!({"success": true, "new_version": version}),
+            }))
         }
         ControlAction::IsPaused => Ok(ok_json(json!({"is_paused": state.is_paused()}))),
         ControlAction::WeightInfo => {
             let version = state.version();
-            let name = version.as_deref().unwrap_or(DEFAULT_WEIGHT_VERSION);
-            Ok(ok_json(json!({"weight_version": name})))
+            Ok(ok_json(match (native, version.as_deref()) {
+                (_, Some(v)) => json!({"weight_version": v}),
+                (Native::Sglang, None) => json!({"weight_version": DEFAULT_WEIGHT_VERSION}),
+                (Native::Vllm, None) => json!({"weight_version": null}),
+            }))
         }
     }
 }

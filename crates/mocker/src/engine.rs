@@ -332,6 +332,12 @@ impl Engine for MockEngine {
                 }));
             }
         }
+        if self.shared.control.refuses_new() {
+            // vLLM refuses new requests during an abort or wait pause (RetryableRequestError).
+            return reject(
+                EngineError::unavailable(crate::control::VLLM_PAUSED_MESSAGE).with_status(503),
+            );
+        }
         let fault = self
             .lock_faults()
             .iter()

@@ -41,7 +41,8 @@
 //!   requests with `Cancelled { "Aborted" }` after their partial tokens; `in_place` / `retract` /
 //!   `keep` freeze them; `wait` answers once they finished), resume, cache flush, weight updates
 //!   and versions, answered in the native bodies of the call's format (SGLang or vLLM). While
-//!   paused, new requests are held before they start. Once a weight version is set, outputs
+//!   paused, new requests are held before they start (a vLLM `abort`/`wait` pause refuses them
+//!   with a retryable 503 instead, as vLLM does). Once a weight version is set, outputs
 //!   carry it in `engine_data` (SGLang's `meta_info.weight_version`, vLLM's `weight_versions`
 //!   spans). A failure knob ([`MockEngine::set_update_weights_fail`]) makes weight updates fail
 //!   natively, and every call is logged ([`MockEngine::control_log`], [`ControlRecord`]). The
@@ -86,7 +87,10 @@ mod run;
 mod validate;
 
 pub use config::{ExpertsConfig, MockConfig, MockConfigError, PrefixCacheConfig};
-pub use control::{CONTROL_LOG_CAPACITY, ControlRecord, SGLANG_FLUSH_CACHE_TEXT};
+pub use control::{
+    CONTROL_LOG_CAPACITY, ControlRecord, SGLANG_FLUSH_CACHE_FAILED, SGLANG_FLUSH_CACHE_TEXT,
+    VLLM_PAUSED_MESSAGE,
+};
 pub use engine::{MockEngine, MockStats};
 pub use fault::{
     DEFAULT_FAULT_MESSAGE, FaultAction, FaultTrigger, ParseFaultError, ScriptedFault, parse_kind,

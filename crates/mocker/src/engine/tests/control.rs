@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{check, engine, outputs, prompt, request, tokens};
-use crate::{MockEngine, SGLANG_FLUSH_CACHE_TEXT};
+use crate::{MockEngine, SGLANG_FLUSH_CACHE_FAILED, SGLANG_FLUSH_CACHE_TEXT, VLLM_PAUSED_MESSAGE};
 
 fn call(
     format: &'static str,
@@ -141,7 +141,7 @@ async fn pause_abort_ends_in_flight_requests_with_partial_tokens() {
 #[tokio::test(start_paused = true)]
 async fn new_requests_are_held_while_paused_and_start_on_resume() {
     let e = MockEngine::default();
-    ok(&e, pause("vllm", PauseMode::Abort)).await;
+    ok(&e, pause("sglang", PauseMode::Abort)).await;
     assert!(e.is_paused());
     assert_eq!(
         ok(
@@ -180,6 +180,41 @@ async fn new_requests_are_held_while_paused_and_start_on_resume() {
     let fresh = outputs(&MockEngine::default(), req).await;
     assert_eq!(tokens(&items, 0), tokens(&fresh, 0));
     assert_eq!(e.completed(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn vllm_abort_and_wait_pauses_refuse_new_requests_and_keep_holds_them() {
+    for mode in [PauseMode::Abort, PauseMode::Wait] {
+        let e = MockEngine::default();
+        ok(&e, pause("vllm", mode)).await;
+        let err = super::single_error(&e, long_request(1)).await;
+        assert_eq!(
+            (err.kind, err.status_code, err.message.as_str()),
+            (ErrorKind::Unavailable, Some(503), VLLM_PAUSED_MESSAGE)
+        );
+        assert!(
+            err.retry_elsewhere() && !err.is_worker_failure(),
+            "{mode:?}"
+        );
+        assert_eq!(e.rejected(), 1);
+        ok(&e, resume("vllm")).await;
+        let items = outputs(&e, long_request(1)).await;
+        assert_eq!(
+            tokens(&items, 0).len(),
+            50,
+            "accepted again after the resume"
+        );
+    }
+    let e = MockEngine::default();
+    ok(&e, pause("vllm", PauseMode::Keep)).await;
+    let mut stream = e.generate(long_request(1), CancellationToken::new());
+    assert!(
+        quiet(&mut stream, Duration::from_secs(5)).await,
+        "keep queues new requests"
+    );
+    assert_eq!(e.rejected(), 0);
+    ok(&e, resume("vllm")).await;
+    assert_eq!(stream.count().await, 50);
 }
 
 #[tokio::test(start_paused = true)]
@@ -309,7 +344,7 @@ async fn sglang_flush_cache_refuses_while_requests_run() {
     next_ok(&mut stream).await;
     let refused = e.control(flush()).await.expect("answered");
     assert_eq!(refused.status, 400);
-    assert_eq!(refused.body, SGLANG_FLUSH_CACHE_TEXT.as_bytes());
+    assert_eq!(refused.body, SGLANG_FLUSH_CACHE_FAILED.as_bytes());
     assert_eq!(
         refused.content_type, None,
         "Starlette's Response without a media type"
@@ -329,20 +364,28 @@ async fn vllm_reset_prefix_cache_and_pause_clear_the_cache() {
     let e = engine();
     outputs(&e, request(&prompt(40), 2)).await;
     assert!(e.cached_blocks() > 0);
-    let reply = e
-        .control(call(
+    let reset = |query: &str| {
+        call(
             "vllm",
             ControlAction::FlushCache,
             "/reset_prefix_cache",
+            query,
             "",
-            "",
-        ))
-        .await
-        .expect("answered");
+        )
+    };
+    assert_eq!(ok(&e, reset("")).await, json!({"success": true}));
+    assert_eq!(e.cached_blocks(), 0);
+    // While a request runs the engine keeps its blocks (still a 200), unless told otherwise.
+    outputs(&e, request(&prompt(40), 2)).await;
+    let mut stream = e.generate(long_request(1), CancellationToken::new());
+    next_ok(&mut stream).await;
+    assert_eq!(ok(&e, reset("")).await, json!({"success": false}));
+    assert!(e.cached_blocks() > 0);
     assert_eq!(
-        (reply.status, reply.body.len(), reply.content_type),
-        (200, 0, None)
+        ok(&e, reset("reset_running_requests=true")).await,
+        json!({"success": true})
     );
+    drop(stream);
     assert_eq!(e.cached_blocks(), 0);
     // A pause clears it unless clear_cache=false; keep never does.
     outputs(&e, request(&prompt(40), 2)).await;
@@ -369,6 +412,8 @@ async fn weight_updates_set_the_version_reported_in_outputs() {
         )
     };
     assert_eq!(ok(&e, info()).await, json!({"weight_version": "default"}));
+    let vllm_info = call("vllm", ControlAction::WeightInfo, "/weight_info", "", "");
+    assert_eq!(ok(&e, vllm_info).await, json!({"weight_version": null}));
     // Before any version is set, outputs carry nothing (the formats' defaults stand).
     let before = outputs(&e, request(&prompt(8), 3)).await;
     assert!(before.iter().all(|o| o.engine_data.is_none()));
@@ -417,7 +462,7 @@ async fn weight_updates_set_the_version_reported_in_outputs() {
     );
     assert_eq!(
         ok(&e, set).await,
-        json!({"success": true, "message": "Weight version updated to v3", "new_version": "v3"})
+        json!({"success": true, "new_version": "v3"})
     );
     assert_eq!(
         ok(
@@ -637,12 +682,8 @@ async fn every_call_is_recorded() {
 }
 
 #[tokio::test]
-async fn abort_all_requests_in_a_version_update_ends_in_flight_requests() {
-    let e = engine();
-    let mut stream = e.generate(long_request(1), CancellationToken::new());
-    next_ok(&mut stream).await;
-    ok(
-        &e,
+async fn sglang_version_updates_abort_in_flight_requests_unless_told_not_to() {
+    let set = |body: &str| {
         call(
             "sglang",
             ControlAction::SetWeightVersion {
@@ -650,14 +691,36 @@ async fn abort_all_requests_in_a_version_update_ends_in_flight_requests() {
             },
             "/update_weight_version",
             "",
-            r#"{"new_version":"v1","abort_all_requests":true}"#,
-        ),
-    )
-    .await;
-    let last = next_ok(&mut stream).await;
-    assert!(matches!(
-        last.finish_reason,
-        Some(FinishReason::Cancelled { .. })
-    ));
-    assert!(!e.is_paused(), "no pause: only an abort");
+            body,
+        )
+    };
+    for (body, aborts) in [
+        (r#"{"new_version":"v1"}"#, true),
+        (r#"{"new_version":"v1","abort_all_requests":true}"#, true),
+        (r#"{"new_version":"v1","abort_all_requests":false}"#, false),
+    ] {
+        let e = engine();
+        let mut stream = e.generate(long_request(1), CancellationToken::new());
+        next_ok(&mut stream).await;
+        ok(&e, set(body)).await;
+        let next = next_ok(&mut stream).await;
+        let cancelled = matches!(next.finish_reason, Some(FinishReason::Cancelled { .. }));
+        assert_eq!(cancelled, aborts, "{body}");
+        assert!(!e.is_paused(), "no pause: only an abort");
+    }
+    // vLLM's route aborts nothing.
+    let e = engine();
+    let mut stream = e.generate(long_request(1), CancellationToken::new());
+    next_ok(&mut stream).await;
+    let vllm = call(
+        "vllm",
+        ControlAction::SetWeightVersion {
+            version: "v1".to_owned(),
+        },
+        "/update_weight_version",
+        "",
+        r#"{"new_version":"v1"}"#,
+    );
+    ok(&e, vllm).await;
+    assert_eq!(next_ok(&mut stream).await.finish_reason, None);
 }
