@@ -534,6 +534,23 @@ pub struct ServeArgs {
     )]
     pub health_rise: u32,
 
+    /// Fleet control: how long a new request waits while every worker of its format is paused
+    /// before the retryable 503 `paused` (`0`: refuse at once).
+    #[arg(long, env = "GENFRONT_PAUSE_WAIT", default_value = "30s", value_parser = parse_duration, help_heading = "Fleet control")]
+    pub pause_wait: Duration,
+    /// Fleet control: how long one worker may take to answer a control call (pause, weight
+    /// update, …); a worker that does not answer in time is reported as `timeout`.
+    #[arg(long, env = "GENFRONT_CONTROL_TIMEOUT", default_value = "300s", value_parser = parse_duration, help_heading = "Fleet control")]
+    pub control_timeout: Duration,
+    /// `DELETE /workers/{id}`: how long the worker's in-flight requests may finish before it is
+    /// removed.
+    #[arg(long, env = "GENFRONT_WORKER_DRAIN_TIMEOUT", default_value = "30s", value_parser = parse_duration, help_heading = "Fleet control")]
+    pub worker_drain_timeout: Duration,
+    /// During a refit, route requests only to workers on the fleet's current weight version
+    /// (the version named by the last successful weight update or version tag).
+    #[arg(long, env = "GENFRONT_ROUTE_CURRENT_VERSION", value_parser = BoolishValueParser::new(), num_args = 0..=1, default_value_t = false, default_missing_value = "true", help_heading = "Fleet control")]
+    pub route_current_version: bool,
+
     /// Append one JSON line per finished request to this file (RL replay trace).
     #[arg(long, env = "GENFRONT_TRACE_FILE", help_heading = "Observability")]
     pub trace_file: Option<PathBuf>,
@@ -601,6 +618,7 @@ impl ServeArgs {
                 rise: self.health_rise,
                 ..HealthConfig::default()
             },
+            route_current_version: self.route_current_version,
         }
     }
 
@@ -642,6 +660,9 @@ impl ServeArgs {
             max_answer_bytes: self.max_answer_bytes,
             max_stream_bytes: self.max_stream_bytes as u64,
             max_abort_ids: self.max_abort_ids,
+            pause_wait: self.pause_wait,
+            control_timeout: self.control_timeout.max(Duration::from_millis(1)),
+            drain_timeout: self.worker_drain_timeout,
             ..FrontendConfig::default()
         }
     }

@@ -210,6 +210,21 @@ async fn next_signal() -> (&'static str, i32) {
     }
 }
 
+/// The factory `POST /workers` and discovery build workers with: a spec string as `--worker`
+/// takes it, connected with the engine time limits like the static workers.
+pub fn worker_factory(
+    timeouts: genfront_engine_http::EngineTimeouts,
+    observer: genfront_engine_http::TimeoutObserver,
+) -> genfront_router::WorkerFactory {
+    Arc::new(move |spec: &str, role: Role| {
+        let spec: workers::WorkerSpec = spec.parse()?;
+        Ok((
+            spec.router_spec(role),
+            spec.timed_connector(timeouts, Some(observer.clone())),
+        ))
+    })
+}
+
 /// Log how the server is protected: with API keys, which routes need them; without, that every
 /// route is open and anyone may abort anything (the engines' native rule), loudly when the
 /// listener is reachable from other machines.
@@ -227,6 +242,9 @@ fn warn_open_access(keys: &genfront_frontend::ApiKeys, addr: SocketAddr, tls: bo
     }
     tracing::warn!(
         "no API keys (--api-key/--admin-api-key): every route is open and any client may abort any request, abort_all included (the engines' native rule)"
+    );
+    tracing::warn!(
+        "fleet-control and admin routes are open (no --admin-api-key): any client may pause, resume, update weights, flush caches and add or remove workers"
     );
     if !addr.ip().is_loopback() {
         tracing::warn!(
@@ -326,6 +344,7 @@ impl Server {
         };
         let metrics = RouterMetrics::default();
         let router = Router::new(config, metrics.clone());
+        router.set_factory(worker_factory(timeouts, observer.clone()));
         for engine in mocks {
             router.add_engine(workers::mock_spec(Role::Aggregated, None), engine);
         }
