@@ -221,6 +221,16 @@ pub struct MockServerArgs {
         help_heading = "Faults"
     )]
     pub faults: Vec<MockFault>,
+    /// Make every weight update fail with the engine's failure answer (SGLang 400
+    /// `{"success":false,"message":MESSAGE}`, vLLM 500), until `POST /_mock/config
+    /// {"update_weights_fail": false}`. An empty MESSAGE means the engine's default text.
+    #[arg(
+        long,
+        env = "GENFRONT_MOCKER_UPDATE_WEIGHTS_FAIL",
+        value_name = "MESSAGE",
+        help_heading = "Faults"
+    )]
+    pub update_weights_fail: Option<String>,
 }
 
 #[derive(Parser)]
@@ -258,6 +268,7 @@ impl MockServerArgs {
             prefix_cache_block_size: DEFAULT_PREFIX_CACHE_BLOCK_SIZE,
             role: MockRole::Agg,
             prefill_peer: None,
+            update_weights_fail: None,
             kv_timeout: DEFAULT_KV_TIMEOUT,
             faults: Vec::new(),
         }
@@ -326,6 +337,7 @@ impl MockServerArgs {
         cfg.prefix_cache.block_size = self.prefix_cache_block_size;
         cfg.faults = self.engine_faults();
         cfg.role = self.role.pd_role();
+        cfg.update_weights_fail = self.update_weights_fail.clone();
         if self.api == Api::Sglang {
             cfg.info.server_info = Some(crate::info::server_info(self, &cfg.info));
         }

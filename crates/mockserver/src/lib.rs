@@ -14,6 +14,17 @@
 //!   response, never by forking the handler (see [`fault`] for the syntax and the wire result);
 //! - an [`AbortLog`] of every native abort call received, so tests can assert that a client told
 //!   the engine to abort rid X;
+//! - **the engine's own fleet-control routes** (`control.rs`): the format's control routes
+//!   (SGLang `/pause_generation`, `/continue_generation`, `/flush_cache`,
+//!   `/update_weights_from_*`, `/init_weights_update_group`, `/update_weight_version`; vLLM
+//!   `/pause`, `/resume`, `/is_paused`, `/reset_prefix_cache`, `/update_weight_version`,
+//!   `/weight_info`) answered by the mock engine in the engine's own shape, not with genfront's
+//!   per-worker fan-out report (the format parses, and refuses, as the engine would); once a
+//!   weight version is set, SGLang's model/server info answers report it; test routes
+//!   [`CONTROL_LOG_PATH`] (`GET` the recorded control calls, `DELETE` to clear) and
+//!   [`CONFIG_PATH`] (`POST {"update_weights_fail": true|false|"message"}`: the weight-update
+//!   failure knob, also `--update-weights-fail`; `GET` shows it with the pause state and the
+//!   weight version);
 //! - **P/D roles** (`--role prefill|decode`): the format plays the engine's side of the
 //!   hand-off (accepts SGLang's bootstrap triple, reads vLLM's `kv_transfer_params` into
 //!   `EngineRequest::pd`); a prefill server answers `GET /_mock/room/{room}` (`pending`, `ready`,
@@ -44,6 +55,7 @@
 
 mod aborts;
 mod args;
+mod control;
 pub mod fault;
 mod info;
 mod inject;
@@ -55,6 +67,7 @@ pub use args::{
     Api, DEFAULT_CONTEXT_LEN, DEFAULT_EOS_TOKEN_ID, DEFAULT_KV_TIMEOUT, DEFAULT_MODEL,
     DEFAULT_VOCAB_SIZE, MockRole, MockServerArgs, parse_duration,
 };
+pub use control::{CONFIG_PATH, CONTROL_LOG_PATH, CONTROL_TIMEOUT};
 pub use fault::{HttpAction, HttpFault, MockFault, ParseMockFaultError};
 pub use info::VERSION;
 pub use inject::MOCK_RETRY_AFTER;

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::aborts::AbortLog;
 use crate::args::{Api, MockRole, MockServerArgs};
+use crate::control::{self, Control};
 use crate::fault::{HttpAction, HttpFault};
 use crate::inject::{self, Injector};
 use crate::peer::{self, PeerRooms};
@@ -41,8 +42,10 @@ pub enum BuildError {
 /// `POST /abort_request`, `GET /health_generate`, `/get_model_info`, `/model_info`; vLLM:
 /// `POST /inference/v1/generate`, `POST /inference/v1/abort_requests`, `GET /v1/models`), SGLang's
 /// `GET /get_server_info` and `/server_info`, the frontend's `GET /health` (200, empty),
-/// `/ready` and `/metrics`, and the test-control `GET /_mock/room/{room}` (this process's
-/// bootstrap-room state: `pending`, `ready` or `failed`).
+/// `/ready` and `/metrics`, the format's fleet-control routes answered natively by the engine
+/// (see the crate docs), and the test-control `GET /_mock/room/{room}` (this process's
+/// bootstrap-room state: `pending`, `ready` or `failed`), `GET`/`DELETE /_mock/control_log` and
+/// `GET`/`POST /_mock/config`.
 #[derive(Debug)]
 pub struct MockServer {
     /// The engine behind the server; its counters (`running()`, `aborted()`, `completed()`, …)
@@ -139,8 +142,19 @@ impl MockServer {
         });
         // SGLang's `/server_info` is one of the format's auxiliary routes: it relays the mock
         // engine's `EngineInfo::server_info` (built by `MockServerArgs::mock_config`).
+        // The engine's own control routes answer natively (not with genfront's fan-out report).
+        let control = Arc::new(Control {
+            api,
+            format: injector.format.clone(),
+            engine: engine.clone(),
+            body_limit,
+        });
         let router = genfront_frontend::app(state.clone(), &[route])
             .route(peer::ROOM_PATH, axum::routing::get(peer::room_route))
+            .layer(axum::middleware::from_fn_with_state(
+                control,
+                control::layer,
+            ))
             .layer(axum::middleware::from_fn_with_state(
                 injector.clone(),
                 inject::layer,
