@@ -4,7 +4,8 @@
 # loopback). Installs Debian's protobuf-compiler and etcd-server with apt-get when either is
 # missing and this runs as root; otherwise prints the apt-get line and fails.
 # `scripts/test.sh --deps-only` only makes sure of protoc and etcd (.ci/run, before clippy).
-# Other arguments go to `cargo test` (e.g. `scripts/test.sh -p genfront --test discovery`).
+# Other arguments replace the default `--workspace --features genfront/etcd` of `cargo test`
+# (e.g. `scripts/test.sh -p genfront --features etcd --test discovery`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,6 +28,6 @@ if [[ ${1:-} == --deps-only ]]; then
     exit 0
 fi
 if (($#)); then
-    exec cargo test --features genfront/etcd "$@"
+    exec cargo test "$@"
 fi
 exec cargo test --workspace --features genfront/etcd
