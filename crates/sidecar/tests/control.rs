@@ -210,19 +210,14 @@ async fn an_engine_error_status_is_a_reply() {
         json!({"success": false, "message": "disk full", "num_paused_requests": 0})
     );
     // A reply without a content type crosses without one.
-    let flush = call(
-        "vllm",
-        ControlAction::FlushCache,
-        "/reset_prefix_cache",
-        "",
-        "",
-    );
+    let flush = call("sglang", ControlAction::FlushCache, "/flush_cache", "", "");
     let reply = within("flush", hop.remote.control(flush))
         .await
         .expect("answered");
+    assert_eq!((reply.status, reply.content_type), (200, None));
     assert_eq!(
-        (reply.status, reply.content_type, reply.body.len()),
-        (200, None, 0)
+        reply.body,
+        genfront_mocker::SGLANG_FLUSH_CACHE_TEXT.as_bytes()
     );
 }
 
@@ -479,4 +474,87 @@ fn malformed_control_messages_are_refused() {
         wire::decode_control_result(pb::ControlResponse { result: None }),
         Err(wire::WireError::Missing("result"))
     );
+}
+
+/// The whole chain: a remote engine → a sidecar → genfront's SGLang engine client → an SGLang
+/// (mock) server. The sidecar reports SGLang's format, and control calls reach the server as the
+/// engine's own HTTP calls, answered with its own bodies.
+#[tokio::test]
+async fn a_sidecar_before_a_real_sglang_client_relays_to_the_server() {
+    let mut args = genfront_mockserver::MockServerArgs::new(genfront_mockserver::Api::Sglang);
+    args.zero_delay = true;
+    let server = genfront_mockserver::spawn(&args)
+        .await
+        .expect("mock server starts");
+    let client = genfront_sglang::SglangEngine::connect(
+        &server.base_url(),
+        genfront_sglang::SglangEngineOptions::default(),
+    )
+    .await
+    .expect("the SGLang client connects");
+    assert_eq!(client.native_format(), Some("sglang"));
+    let hop = start_with(Arc::new(client), |s| s).await;
+    assert_eq!(hop.remote.native_format(), Some("sglang"));
+
+    let pause = call(
+        "sglang",
+        ControlAction::Pause {
+            mode: PauseMode::Retract,
+        },
+        "/pause_generation",
+        "",
+        r#"{"mode":"retract"}"#,
+    );
+    let reply = within("pause", hop.remote.control(pause))
+        .await
+        .expect("answered");
+    assert_eq!(reply.status, 200);
+    assert_eq!(
+        json_of(&reply),
+        json!({"message": "Generation paused successfully.", "status": "ok"})
+    );
+    assert_eq!(server.engine.pause_mode(), Some(PauseMode::Retract));
+    let resume = call(
+        "sglang",
+        ControlAction::Resume,
+        "/continue_generation",
+        "",
+        "{}",
+    );
+    within("resume", hop.remote.control(resume))
+        .await
+        .expect("answered");
+    assert!(!server.engine.is_paused());
+
+    // The server's own failure answer crosses every hop unchanged.
+    server
+        .engine
+        .set_update_weights_fail(Some("corrupt shard".to_owned()));
+    let update = call(
+        "sglang",
+        ControlAction::UpdateWeights {
+            version: Some("v5".to_owned()),
+        },
+        "/update_weights_from_disk",
+        "",
+        r#"{"model_path":"/m","weight_version":"v5"}"#,
+    );
+    let reply = within("update", hop.remote.control(update))
+        .await
+        .expect("answered");
+    assert_eq!(reply.status, 400);
+    assert_eq!(
+        json_of(&reply),
+        json!({"success": false, "message": "corrupt shard", "num_paused_requests": 0})
+    );
+    let log = server.engine.control_log();
+    assert_eq!(
+        log.iter().map(|r| (r.action, r.status)).collect::<Vec<_>>(),
+        [
+            ("pause", Some(200)),
+            ("resume", Some(200)),
+            ("update_weights", Some(400))
+        ]
+    );
+    assert_eq!(log[0].body, r#"{"mode":"retract"}"#);
 }
