@@ -662,3 +662,72 @@ async fn embedded_mocks_pause_abort_streams_and_pd_workers_are_all_reached() {
     let (status, body, _) = post(&format!("{url}/generate"), &common::sglang_body(2, false)).await;
     assert_eq!(status, 200, "{body}");
 }
+
+/// Three native mock servers (`genfront mocker`'s faces, in process), which answer the engines'
+/// own control routes and record every call: genfront's fan-out reaches each, a weight update
+/// failing on one isolates it, the next good update restores it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_mock_servers_record_the_fanned_out_calls_and_isolate_a_failed_update() {
+    use genfront_mockserver::{Api, MockServerArgs, spawn};
+    let mut mocks = Vec::new();
+    for _ in 0..3 {
+        let mut a = MockServerArgs::new(Api::Sglang);
+        a.zero_delay = true;
+        mocks.push(spawn(&a).await.expect("mock server"));
+    }
+    let mut argv: Vec<String> = Vec::new();
+    for m in &mocks {
+        argv.push("--worker".to_owned());
+        argv.push(format!("sglang={}", m.base_url()));
+    }
+    argv.extend(["--policy", "round_robin"].map(str::to_owned));
+    let (url, server, _stop) = common::genfront(&argv).await;
+    assert!(server.wait_all_workers(Duration::from_secs(10)).await);
+
+    let (status, _, _) = post(
+        &mocks[2].url("/_mock/config"),
+        &json!({"update_weights_fail": true}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let update = json!({"model_path": "/ckpt/7", "weight_version": "step-7"});
+    let (status, report, _) = post(&format!("{url}/update_weights_from_disk"), &update).await;
+    assert_eq!(status, 502, "{report}");
+    assert_eq!(outcomes(&report), ["ok", "ok", "error"]);
+    for m in &mocks {
+        let (_, log) = get(&m.url("/_mock/control_log")).await;
+        let calls = log.as_array().expect("control log");
+        assert_eq!(calls.len(), 1, "one call per mock: {log}");
+        assert_eq!(calls[0]["path"], "/update_weights_from_disk");
+        let body: Value =
+            serde_json::from_str(calls[0]["body"].as_str().unwrap_or("")).expect("body");
+        assert_eq!(body, update, "the body as sent");
+    }
+    let before = mocks[2].generate_requests();
+    for _ in 0..9 {
+        let (status, body, _) =
+            post(&format!("{url}/generate"), &common::sglang_body(2, false)).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["meta_info"]["weight_version"], "step-7");
+    }
+    assert_eq!(
+        mocks[2].generate_requests(),
+        before,
+        "the failed worker got traffic"
+    );
+
+    post(
+        &mocks[2].url("/_mock/config"),
+        &json!({"update_weights_fail": false}),
+    )
+    .await;
+    let (status, report, _) = post(&format!("{url}/update_weights_from_disk"), &update).await;
+    assert_eq!(status, 200, "{report}");
+    for _ in 0..6 {
+        post(&format!("{url}/generate"), &common::sglang_body(2, false)).await;
+    }
+    assert!(
+        mocks[2].generate_requests() > before,
+        "restored worker serves again"
+    );
+}
