@@ -370,13 +370,13 @@ pub(crate) async fn generate(
         let resp = reject(&state, &mut tracker, &*format, &err, prepared.stream);
         return with_request_id(resp, prepared.client_id.as_deref());
     }
-    if let Err((limit, err)) = crate::caps::check_request(
-        &prepared.subs,
-        &facts,
-        state.config.max_top_logprobs,
-        state.config.max_logprob_token_ids,
-        state.config.max_logprob_entries,
-    ) {
+    let caps = crate::caps::UpFront {
+        max_top_logprobs: state.config.max_top_logprobs,
+        max_listed: state.config.max_logprob_token_ids,
+        max_entries: state.config.max_logprob_entries,
+        max_routed: state.config.max_routed_expert_entries,
+    };
+    if let Err((limit, err)) = crate::caps::check_request(&prepared.subs, &facts, caps) {
         state.metrics.limits().hit(limit);
         let resp = reject(&state, &mut tracker, &*format, &err, prepared.stream);
         return with_request_id(resp, prepared.client_id.as_deref());
@@ -430,9 +430,10 @@ async fn dispatch(
         client_id,
         stream: streaming,
         subs,
-        mut assembler,
+        assembler,
     } = prepared;
     tracker.client_id = client_id.clone();
+    let budget = crate::caps::AnswerBudget::new(&subs, state.config.max_answer_bytes);
     let cancel = CancellationToken::new();
     let mut registrations = Vec::with_capacity(subs.len());
     let mut streams: Vec<BoxStream<'static, Tagged>> = Vec::with_capacity(subs.len());
@@ -539,37 +540,154 @@ async fn dispatch(
 
     // Unary: dropping this future (client gone) drops the engine streams, which aborts them, and
     // the guard, which counts the disconnect.
-    let mut outputs = outputs;
-    let mut sink = Vec::new();
-    while let Some((sub, item)) = outputs.next().await {
-        let result = item.map_err(GenerateError::from).and_then(|out| {
-            guard.tracker.observe(sub, &out);
-            assembler.on_output(sub, out, &mut sink)
-        });
-        if let Err(e) = result {
-            let resp = reject(&state, &mut guard.tracker, &*format, &e, false);
-            return with_worker(with_request_id(resp, client_id.as_deref()), worker_header);
-        }
-    }
-    let max_answer = state.config.max_answer_bytes;
-    let resp = match assembler.finish_unary() {
-        Ok(r) if r.body.len() > max_answer => {
-            state.metrics.limits().hit("max_answer_bytes");
-            let err = crate::caps::answer_too_large(r.body.len(), max_answer);
-            drop(r);
-            reject(&state, &mut guard.tracker, &*format, &err, false)
-        }
+    let resp = match unary(outputs, assembler, budget, &mut guard).await {
         Ok(r) => {
             let resp = native(r);
             guard.tracker.complete(resp.status().as_u16(), "");
             resp
         }
-        Err(e) => reject(&state, &mut guard.tracker, &*format, &e, false),
+        Err(e) => {
+            if matches!(e, UnaryError::TooLarge(_)) {
+                state.metrics.limits().hit("max_answer_bytes");
+            }
+            reject(&state, &mut guard.tracker, &*format, e.error(), false)
+        }
     };
     drop(guard);
     // Unary: name the workers that actually answered (after any retry).
     let worker_header = answered_header(&served).or(worker_header);
     with_worker(with_request_id(resp, client_id.as_deref()), worker_header)
+}
+
+/// Engine outputs at least this heavy ([`crate::caps::output_weight`]: ids plus logprob
+/// candidates, about 30–90 bytes of JSON each) are bounded and folded into the answer on the
+/// blocking pool, and an answer whose estimate reached [`OFFLOAD_ANSWER_BYTES`] is finished
+/// (rendered) and dropped there: rendering a 100 MB answer takes a runtime worker for a second
+/// or more (in a debug build), stalling every other connection it serves.
+const OFFLOAD_OUTPUT_WEIGHT: u64 = 16 * 1024;
+/// See [`OFFLOAD_OUTPUT_WEIGHT`]: the estimated answer size from which finishing runs on the
+/// blocking pool.
+const OFFLOAD_ANSWER_BYTES: u64 = 1024 * 1024;
+
+/// Why a unary answer failed.
+enum UnaryError {
+    /// The answer passed `--max-answer-bytes` (estimated while it was accumulated, or measured).
+    TooLarge(GenerateError),
+    /// Any other failure (engine error, broken contract, incomplete outputs).
+    Other(GenerateError),
+}
+
+impl UnaryError {
+    fn error(&self) -> &GenerateError {
+        match self {
+            UnaryError::TooLarge(e) | UnaryError::Other(e) => e,
+        }
+    }
+}
+
+/// Drop `value` on the blocking pool when it is big (freeing a 100 MB answer's buffers is not
+/// free either), else here.
+fn drop_maybe_blocking<T: Send + 'static>(value: T, big: bool) {
+    if big {
+        tokio::task::spawn_blocking(move || drop(value));
+    } else {
+        drop(value);
+    }
+}
+
+/// Run `f` on the blocking pool; a panic there becomes an internal error (never a crash).
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, GenerateError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| GenerateError::Internal(format!("unary assembly failed: {e}")))
+}
+
+/// Accumulate a unary answer from `outputs` and finish it, within `budget`
+/// (`--max-answer-bytes`, see [`crate::caps`]).
+///
+/// Memory: each engine output is moved into the assembler and released once folded (the
+/// assembler keeps its own rendered or typed form, never the output); the estimate (never below
+/// the real size) trips before an output that would pass the cap is folded, so an answer over
+/// the cap is never built. The finished body is the only other copy, made once by
+/// `finish_unary` while the assembler's state is still alive (so a peak of about twice the
+/// answer), then the assembler is dropped.
+///
+/// Time: outputs of weight ≥ [`OFFLOAD_OUTPUT_WEIGHT`] are bounded and folded on the blocking
+/// pool, and answers estimated at ≥ [`OFFLOAD_ANSWER_BYTES`] are finished and freed there, so
+/// the runtime workers keep serving other connections (`/metrics`, small requests) meanwhile.
+async fn unary(
+    mut outputs: stream::SelectAll<BoxStream<'static, Tagged>>,
+    mut assembler: Box<dyn genfront_format::Assembler>,
+    mut budget: crate::caps::AnswerBudget,
+    guard: &mut RequestGuard,
+) -> Result<NativeResponse, UnaryError> {
+    let mut sink = Vec::new();
+    while let Some((sub, item)) = outputs.next().await {
+        let out = match item {
+            Ok(out) => out,
+            Err(e) => {
+                drop_maybe_blocking(assembler, budget.estimate >= OFFLOAD_ANSWER_BYTES);
+                return Err(UnaryError::Other(GenerateError::from(e)));
+            }
+        };
+        guard.tracker.observe(sub, &out);
+        let folded = if crate::caps::output_weight(&out) >= OFFLOAD_OUTPUT_WEIGHT {
+            let mut b = budget;
+            let r = blocking(move || {
+                let r = match b.add(crate::caps::output_bound(&out)) {
+                    Ok(()) => assembler
+                        .on_output(sub, out, &mut Vec::new())
+                        .map_err(UnaryError::Other),
+                    // Over the cap: the output is dropped here, never folded.
+                    Err(e) => Err(UnaryError::TooLarge(e)),
+                };
+                (assembler, b, r)
+            })
+            .await;
+            match r {
+                Ok((a, b, r)) => {
+                    assembler = a;
+                    budget = b;
+                    r
+                }
+                Err(e) => return Err(UnaryError::Other(e)),
+            }
+        } else {
+            match budget.add(crate::caps::output_bound(&out)) {
+                Ok(()) => assembler
+                    .on_output(sub, out, &mut sink)
+                    .map_err(UnaryError::Other),
+                Err(e) => Err(UnaryError::TooLarge(e)),
+            }
+        };
+        if let Err(e) = folded {
+            drop_maybe_blocking(assembler, budget.estimate >= OFFLOAD_ANSWER_BYTES);
+            return Err(e);
+        }
+    }
+    // The engine streams are done: release them before the answer is rendered.
+    drop(outputs);
+    let max = budget.max;
+    let finish = move || {
+        // `finish_unary` consumes the assembler: its buffers are freed as it returns, on this
+        // thread.
+        match assembler.finish_unary() {
+            Ok(r) if r.body.len() > max => {
+                let err = crate::caps::answer_too_large(r.body.len(), max);
+                drop(r);
+                Err(UnaryError::TooLarge(err))
+            }
+            Ok(r) => Ok(r),
+            Err(e) => Err(UnaryError::Other(e)),
+        }
+    };
+    if budget.estimate >= OFFLOAD_ANSWER_BYTES {
+        blocking(finish).await.map_err(UnaryError::Other)?
+    } else {
+        finish()
+    }
 }
 
 /// `x-genfront-worker` naming the workers serving each sub-request now (after retries), each

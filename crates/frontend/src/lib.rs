@@ -61,8 +61,9 @@ pub use auth::{ApiKeys, AuthLabels, Caller, Need, Refusal, SecretKey};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, get, on};
 pub use caps::{
-    DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_LOGPROB_ENTRIES, DEFAULT_MAX_LOGPROB_TOKEN_IDS,
-    DEFAULT_MAX_STREAM_BYTES, DEFAULT_MAX_TOP_LOGPROBS,
+    ASSUMED_EXPERT_WIDTH, DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_LOGPROB_ENTRIES,
+    DEFAULT_MAX_LOGPROB_TOKEN_IDS, DEFAULT_MAX_ROUTED_EXPERT_ENTRIES, DEFAULT_MAX_STREAM_BYTES,
+    DEFAULT_MAX_TOP_LOGPROBS,
 };
 use futures::StreamExt;
 use genfront_format::{AuxKind, Framing, Route};
@@ -122,7 +123,11 @@ pub struct FrontendConfig {
     /// Most logprob entries (prompt rows and output tokens × entries per position, over all
     /// engine requests) one request may ask for (`--max-logprob-entries`); beyond it a 400.
     pub max_logprob_entries: u64,
-    /// Most bytes of one unary answer (`--max-answer-bytes`); beyond it a 400.
+    /// Most routed-expert ids (rows × an assumed 1,024 per row, over all engine requests) one
+    /// request may ask for (`--max-routed-expert-entries`); beyond it a 400.
+    pub max_routed_expert_entries: u64,
+    /// Most bytes of one unary answer (`--max-answer-bytes`), tripped on a running estimate
+    /// while the answer is accumulated; beyond it a 400.
     pub max_answer_bytes: usize,
     /// Most bytes of one SSE response (`--max-stream-bytes`); beyond it the stream ends with the
     /// format's error event and the engine work is aborted.
@@ -157,6 +162,7 @@ impl Default for FrontendConfig {
             max_top_logprobs: DEFAULT_MAX_TOP_LOGPROBS,
             max_logprob_token_ids: DEFAULT_MAX_LOGPROB_TOKEN_IDS,
             max_logprob_entries: DEFAULT_MAX_LOGPROB_ENTRIES,
+            max_routed_expert_entries: DEFAULT_MAX_ROUTED_EXPERT_ENTRIES,
             max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
             max_stream_bytes: DEFAULT_MAX_STREAM_BYTES,
             max_abort_ids: DEFAULT_MAX_ABORT_IDS,

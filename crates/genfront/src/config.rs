@@ -352,7 +352,18 @@ pub struct ServeArgs {
         help_heading = "Limits"
     )]
     pub max_logprob_entries: u64,
-    /// Most bytes of one unary answer (a native 400 beyond it).
+    /// Most routed-expert ids one request may ask for (MoE routing replay): (prompt rows from
+    /// the routed-experts start + max_tokens) × n × 1,024 ids per row (layers × top-k, assumed:
+    /// the engine facts do not carry it), over all engine requests. A native 400 beyond it.
+    #[arg(
+        long,
+        env = "GENFRONT_MAX_ROUTED_EXPERT_ENTRIES",
+        default_value_t = genfront_frontend::DEFAULT_MAX_ROUTED_EXPERT_ENTRIES,
+        help_heading = "Limits"
+    )]
+    pub max_routed_expert_entries: u64,
+    /// Most bytes of one unary answer, tripped on a running estimate (never below the real
+    /// size) while the answer is accumulated (a native 400 beyond it).
     #[arg(long, env = "GENFRONT_MAX_ANSWER_BYTES", default_value = "256MiB", value_parser = parse_byte_size, help_heading = "Limits")]
     pub max_answer_bytes: usize,
     /// Most bytes of one SSE response (SGLang's cumulative mode re-sends the whole answer in
@@ -657,6 +668,7 @@ impl ServeArgs {
             max_top_logprobs: self.max_top_logprobs,
             max_logprob_token_ids: self.max_logprob_token_ids,
             max_logprob_entries: self.max_logprob_entries,
+            max_routed_expert_entries: self.max_routed_expert_entries,
             max_answer_bytes: self.max_answer_bytes,
             max_stream_bytes: self.max_stream_bytes as u64,
             max_abort_ids: self.max_abort_ids,

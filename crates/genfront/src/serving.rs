@@ -7,7 +7,8 @@
 //! | request head (HTTP/1): the first one and every later one on a keep-alive connection | `--header-read-timeout` (hyper's `header_read_timeout`: the timer runs whenever hyper waits for a head, so it is also the keep-alive idle timeout; a connection's first bytes, which the auto builder reads before hyper's timer starts, have the same deadline) | the connection is closed without an answer |
 //! | head size | `--max-header-bytes` (hyper's buffer is twice it), `--max-headers` | 431 (JSON within the buffer, hyper's empty one beyond) |
 //! | writes to the client | `--write-timeout` (`tokio-io-timeout`: a write that makes no progress for this long fails) | the connection is closed; the response body is dropped, which aborts the engine work |
-//! | HTTP/2 liveness | `--http2-keepalive-interval` / `--http2-keepalive-timeout` (hyper's pings) | a peer that stops answering pings is closed; an idle HTTP/2 connection whose peer answers them stays open (hyper has no HTTP/2 idle timeout), within `--max-connections` |
+//! | HTTP/2 idle | `--header-read-timeout` again, as the keep-alive idle timeout of HTTP/2: a connection (its first bytes the HTTP/2 preface) with no open stream for this long (no request in flight, no response body still being sent) | `GOAWAY` (hyper's graceful shutdown), then the connection is closed (dropped one more timeout later if the peer does not finish the shutdown); counted as `genfront_limit_hits_total{limit="idle_timeout"}`. hyper has no HTTP/2 idle timeout: the serving loop counts the streams of each connection (a request counts from its head to the end of its response body) |
+//! | HTTP/2 liveness | `--http2-keepalive-interval` / `--http2-keepalive-timeout` (hyper's pings) | a peer that stops answering pings is closed |
 //! | HTTP/2 streams | `--http2-max-concurrent-streams` | hyper's `REFUSED_STREAM` beyond it |
 //!
 //! Body read time, body size, concurrency and the strict-HTTP rules are the handler's
@@ -20,22 +21,22 @@
 //! [`FORCE_CLOSE_AFTER`] later every connection still open (a client that does not read) is
 //! dropped. A second SIGINT/SIGTERM exits the process at once (see `watch_signals`).
 //!
-//! The loop accepts from any [`Acceptor`], so a TLS acceptor can wrap the TCP one later.
+//! The loop accepts from any [`Acceptor`] (plain TCP, or the TLS acceptor).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use genfront_frontend::{AppState, LimitMetrics};
+use hyper::body::{Bytes, Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
 /// How long connections may stay open after the grace period aborted their requests (time for
@@ -53,7 +54,8 @@ const FD_HEADROOM: u64 = 128;
 pub struct ConnLimits {
     /// Most client connections served at once.
     pub max_connections: usize,
-    /// HTTP/1 request-head timeout (also the keep-alive idle timeout); `None` disables it.
+    /// HTTP/1 request-head timeout (also the keep-alive idle timeout), and the HTTP/2 idle
+    /// timeout (no open stream for this long: `GOAWAY`); `None` disables both.
     pub header_read_timeout: Option<Duration>,
     /// Longest time a write to the client may make no progress; `None` disables it.
     pub write_timeout: Option<Duration>,
@@ -172,18 +174,48 @@ pin_project_lite::pin_project! {
     /// once `hyper_util`'s auto builder has read enough to tell HTTP/1 from HTTP/2, and that read
     /// has no timeout: a connection that sends nothing would be held forever. After the first
     /// bytes arrive the deadline is gone and hyper's own timers take over.
+    ///
+    /// It also notes the connection's protocol from its first bytes (see [`Protocol`]).
     struct FirstRead<I> {
         #[pin]
         io: I,
         deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+        protocol: Arc<AtomicU8>,
     }
 }
 
+/// A connection's protocol as its first bytes tell (an `AtomicU8` shared with its task).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Protocol {
+    /// Nothing read yet.
+    Unknown = 0,
+    /// Anything but the HTTP/2 preface (HTTP/1.x).
+    Http1 = 1,
+    /// The first bytes start the HTTP/2 connection preface (`PRI * HTTP/2.0`), with prior
+    /// knowledge or after TLS ALPN `h2`.
+    Http2 = 2,
+}
+
+impl Protocol {
+    fn of(cell: &AtomicU8) -> Self {
+        match cell.load(Ordering::Relaxed) {
+            1 => Protocol::Http1,
+            2 => Protocol::Http2,
+            _ => Protocol::Unknown,
+        }
+    }
+}
+
+/// The HTTP/2 connection preface's first line.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0";
+
 impl<I> FirstRead<I> {
-    fn new(io: I, limit: Option<Duration>) -> Self {
+    fn new(io: I, limit: Option<Duration>, protocol: Arc<AtomicU8>) -> Self {
         Self {
             io,
             deadline: limit.map(|d| Box::pin(tokio::time::sleep(d))),
+            protocol,
         }
     }
 }
@@ -195,7 +227,22 @@ impl<I: AsyncRead> AsyncRead for FirstRead<I> {
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
         let this = self.project();
+        let before = buf.filled().len();
         let polled = this.io.poll_read(cx, buf);
+        if Protocol::of(this.protocol) == Protocol::Unknown
+            && let std::task::Poll::Ready(Ok(())) = &polled
+        {
+            let got = buf.filled().get(before..).unwrap_or_default();
+            if !got.is_empty() {
+                let n = got.len().min(H2_PREFACE.len());
+                let p = if got.get(..n) == H2_PREFACE.get(..n) {
+                    Protocol::Http2
+                } else {
+                    Protocol::Http1
+                };
+                this.protocol.store(p as u8, Ordering::Relaxed);
+            }
+        }
         let Some(deadline) = this.deadline.as_mut() else {
             return polled;
         };
@@ -244,6 +291,124 @@ impl<I: AsyncWrite> AsyncWrite for FirstRead<I> {
 
     fn is_write_vectored(&self) -> bool {
         self.io.is_write_vectored()
+    }
+}
+
+/// The open streams of one connection: a request counts from its head until its response body
+/// is dropped (sent, or abandoned), so a long SSE stream keeps its connection busy.
+type StreamCount = Arc<watch::Sender<usize>>;
+
+/// One open stream of a [`StreamCount`] (decremented on drop).
+#[derive(Debug)]
+struct StreamGuard(StreamCount);
+
+impl StreamGuard {
+    fn open(count: &StreamCount) -> Self {
+        count.send_modify(|n| *n += 1);
+        Self(count.clone())
+    }
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A response body holding its stream's [`StreamGuard`]; frames, size hint (so
+    /// `Content-Length`) and end pass through unchanged.
+    struct Guarded {
+        #[pin]
+        body: axum::body::Body,
+        guard: StreamGuard,
+    }
+}
+
+impl hyper::body::Body for Guarded {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        self.project().body.poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// The app as a hyper service that counts its connection's open streams.
+#[derive(Clone)]
+struct Counted {
+    inner: TowerToHyperService<axum::Router>,
+    streams: StreamCount,
+}
+
+type CountedFuture = Pin<
+    Box<
+        dyn Future<Output = Result<http::Response<Guarded>, std::convert::Infallible>>
+            + Send
+            + 'static,
+    >,
+>;
+
+impl hyper::service::Service<http::Request<Incoming>> for Counted {
+    type Response = http::Response<Guarded>;
+    type Error = std::convert::Infallible;
+    type Future = CountedFuture;
+
+    fn call(&self, req: http::Request<Incoming>) -> Self::Future {
+        let guard = StreamGuard::open(&self.streams);
+        let fut = self.inner.call(req);
+        Box::pin(async move {
+            let resp = fut.await?;
+            Ok(resp.map(|body| Guarded { body, guard }))
+        })
+    }
+}
+
+/// Resolves once the connection has had no open stream for `idle` (a stream opened meanwhile
+/// restarts the wait).
+async fn idle_for(streams: &StreamCount, idle: Duration) {
+    let mut rx = streams.subscribe();
+    loop {
+        // (`wait_for`'s guard is dropped at once: it must not be held across an await.)
+        let quiet = rx.wait_for(|n| *n == 0).await.is_ok();
+        if !quiet {
+            return std::future::pending().await;
+        }
+        let busy =
+            tokio::time::timeout(idle, async { rx.wait_for(|n| *n > 0).await.is_ok() }).await;
+        match busy {
+            Err(_) => return,
+            Ok(true) => {}
+            Ok(false) => return std::future::pending().await,
+        }
+    }
+}
+
+/// The HTTP/2 idle watchdog of one connection: resolves when an HTTP/2 connection had no open
+/// stream for `idle`. Never for HTTP/1 (hyper's `header_read_timeout` is its idle timeout) nor
+/// before the first bytes ([`FirstRead`]'s deadline covers those).
+async fn http2_idle(streams: StreamCount, protocol: Arc<AtomicU8>, idle: Option<Duration>) {
+    let Some(idle) = idle else {
+        return std::future::pending().await;
+    };
+    loop {
+        idle_for(&streams, idle).await;
+        match Protocol::of(&protocol) {
+            Protocol::Http2 => return,
+            Protocol::Http1 => return std::future::pending().await,
+            Protocol::Unknown => {}
+        }
     }
 }
 
@@ -339,7 +504,9 @@ pub async fn serve<A: Acceptor>(
 ) {
     let builder = Arc::new(builder(&limits));
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-    let graceful = GracefulShutdown::new();
+    // Connections still being served (for the drain), and the signal that starts it.
+    let open: StreamCount = Arc::new(watch::Sender::new(0));
+    let drain = CancellationToken::new();
     let force = CancellationToken::new();
     let warn = RateLimitedWarn::new(Duration::from_secs(10));
     let accept_warn = RateLimitedWarn::new(Duration::from_secs(10));
@@ -380,9 +547,14 @@ pub async fn serve<A: Acceptor>(
             }
         };
         let handshake = acceptor.handshake(raw);
-        let service = TowerToHyperService::new(app.clone());
+        let streams: StreamCount = Arc::new(watch::Sender::new(0));
+        let service = Counted {
+            inner: TowerToHyperService::new(app.clone()),
+            streams: streams.clone(),
+        };
         let builder = builder.clone();
-        let watcher = graceful.watcher();
+        let open_guard = StreamGuard::open(&open);
+        let drain = drain.clone();
         let force = force.clone();
         let metrics = metrics.clone();
         let header_read_timeout = limits.header_read_timeout;
@@ -411,32 +583,75 @@ pub async fn serve<A: Acceptor>(
                     return;
                 }
             };
-            let mut timed =
-                tokio_io_timeout::TimeoutStream::new(FirstRead::new(io, header_read_timeout));
+            let protocol = Arc::new(AtomicU8::new(Protocol::Unknown as u8));
+            let mut timed = tokio_io_timeout::TimeoutStream::new(FirstRead::new(
+                io,
+                header_read_timeout,
+                protocol.clone(),
+            ));
             timed.set_write_timeout(write_timeout);
             let io = TokioIo::new(Box::pin(timed));
-            let conn = builder.serve_connection_with_upgrades(io, service);
-            let conn = watcher.watch(conn.into_owned());
-            tokio::select! {
-                r = conn => if let Err(e) = r {
-                    let limit = limit_of(&*e);
-                    if let Some(limit) = limit {
-                        metrics.hit(limit);
+            let conn = builder
+                .serve_connection_with_upgrades(io, service)
+                .into_owned();
+            tokio::pin!(conn);
+            let watchdog = http2_idle(streams, protocol, header_read_timeout);
+            tokio::pin!(watchdog);
+            // Graceful shutdown (HTTP/1: close after the response in progress; HTTP/2: `GOAWAY`,
+            // then close once the open streams end) on the drain signal or the HTTP/2 idle
+            // timeout; dropped outright on `force`.
+            let mut closing = false;
+            // After an idle `GOAWAY`, the peer gets one more idle timeout to finish the
+            // handshake (hyper's graceful HTTP/2 shutdown waits for a ping answer), then the
+            // connection is dropped: a peer that never answers cannot hold it.
+            let hard_close = tokio::time::sleep(Duration::MAX);
+            tokio::pin!(hard_close);
+            let mut hard_armed = false;
+            loop {
+                tokio::select! {
+                    r = conn.as_mut() => {
+                        if let Err(e) = r {
+                            let limit = limit_of(&*e);
+                            if let Some(limit) = limit {
+                                metrics.hit(limit);
+                            }
+                            tracing::debug!(error = %e, limit = limit.unwrap_or(""), "connection ended with an error");
+                        }
+                        break;
                     }
-                    tracing::debug!(error = %e, limit = limit.unwrap_or(""), "connection ended with an error");
-                },
-                () = force.cancelled() => {}
+                    () = drain.cancelled(), if !closing => {
+                        closing = true;
+                        conn.as_mut().graceful_shutdown();
+                    }
+                    () = &mut watchdog, if !closing => {
+                        closing = true;
+                        metrics.hit("idle_timeout");
+                        tracing::debug!("HTTP/2 connection idle past --header-read-timeout; closing");
+                        conn.as_mut().graceful_shutdown();
+                        if let Some(idle) = header_read_timeout {
+                            hard_close.as_mut().reset(tokio::time::Instant::now() + idle);
+                            hard_armed = true;
+                        }
+                    }
+                    () = &mut hard_close, if hard_armed => break,
+                    () = force.cancelled() => break,
+                }
             }
             metrics.connections().dec();
             drop(permit);
+            drop(open_guard);
         });
     }
     drop(acceptor);
-    let open = graceful.count();
-    if open > 0 {
-        tracing::info!(connections = open, grace = ?grace, "draining connections");
+    let n_open = *open.borrow();
+    if n_open > 0 {
+        tracing::info!(connections = n_open, grace = ?grace, "draining connections");
     }
-    let drained = graceful.shutdown();
+    drain.cancel();
+    let mut open_rx = open.subscribe();
+    let drained = async move {
+        let _ = open_rx.wait_for(|n| *n == 0).await;
+    };
     tokio::pin!(drained);
     tokio::select! {
         () = &mut drained => return,

@@ -341,8 +341,9 @@ async fn http2_prior_knowledge_is_served_without_a_host_header() {
         .expect("send");
     assert_eq!(resp.version(), reqwest::Version::HTTP_2);
     assert_eq!(resp.status(), 200);
-    // An idle HTTP/2 connection outlives the HTTP/1 header timeout (pings keep it).
+    // The idle connection is closed by the idle timeout (GOAWAY); the client opens a new one.
     tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(hits(&server, "idle_timeout") >= 1);
     let resp = h2
         .post(server.url("/generate"))
         .json(&sglang_body(2, false))
@@ -350,6 +351,81 @@ async fn http2_prior_knowledge_is_served_without_a_host_header() {
         .await
         .expect("send");
     assert_eq!(resp.status(), 200);
+    server.shutdown.cancel();
+}
+
+/// The frame types of an HTTP/2 byte stream from the server (9-byte headers, then payloads).
+fn h2_frame_types(mut bytes: &[u8]) -> Vec<u8> {
+    let mut types = Vec::new();
+    while bytes.len() >= 9 {
+        let len =
+            (usize::from(bytes[0]) << 16) | (usize::from(bytes[1]) << 8) | usize::from(bytes[2]);
+        types.push(bytes[3]);
+        bytes = bytes.get(9 + len..).unwrap_or_default();
+    }
+    types
+}
+
+/// HTTP/2 has an idle timeout too (`--header-read-timeout`, the keep-alive idle timeout of both
+/// protocols): a connection that sent the preface and no stream gets a `GOAWAY` and is closed
+/// once it has been idle that long (not before; a peer that does not finish the shutdown is
+/// dropped one timeout later), counted as `idle_timeout`; a connection whose
+/// stream lasts longer than the timeout is not cut, and is closed once idle after it.
+#[tokio::test]
+async fn idle_http2_connections_are_closed_after_the_idle_timeout_but_busy_ones_are_not() {
+    let mut cfg = zero_delay();
+    cfg.inter_token_latency = Duration::from_millis(1);
+    let server = start_with(&["--header-read-timeout", "1s"], cfg, 1).await;
+    let mut tcp = TcpStream::connect(server.addr).await.expect("connect");
+    let t = Instant::now();
+    // The client preface and an empty SETTINGS frame.
+    let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    hello.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+    tcp.write_all(&hello).await.expect("write");
+    // This peer never answers the server's SETTINGS or shutdown ping, so after the GOAWAY it
+    // gets one more timeout before the connection is dropped.
+    let (bytes, closed) = read_to_close(&mut tcp, Duration::from_secs(6)).await;
+    let elapsed = t.elapsed();
+    assert!(closed, "an idle HTTP/2 connection must be closed");
+    assert!(
+        elapsed >= Duration::from_millis(900) && elapsed < Duration::from_secs(4),
+        "closed after the idle timeout: {elapsed:?}"
+    );
+    let types = h2_frame_types(&bytes);
+    assert!(
+        types.contains(&7),
+        "a GOAWAY before the close: frame types {types:?}"
+    );
+    assert_eq!(hits(&server, "idle_timeout"), 1);
+
+    // A stream open past the timeout (3,000 tokens at 1 ms each) keeps its connection.
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .expect("client");
+    let t = Instant::now();
+    let resp = h2
+        .post(server.url("/generate"))
+        .json(&json!({"input_ids": [1, 2, 3], "stream": true,
+                      "sampling_params": {"max_new_tokens": 3000, "ignore_eos": true}}))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(resp.version(), reqwest::Version::HTTP_2);
+    let text = resp.text().await.expect("the whole stream");
+    assert!(
+        t.elapsed() > Duration::from_millis(1200),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(
+        text.trim_end().ends_with("data: [DONE]"),
+        "the stream ended normally"
+    );
+    assert_eq!(hits(&server, "idle_timeout"), 1, "not cut while busy");
+    // Idle afterwards: closed.
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    assert_eq!(hits(&server, "idle_timeout"), 2);
     server.shutdown.cancel();
 }
 

@@ -333,3 +333,102 @@ async fn a_64_mib_id_body_peaks_below_200_mb() {
 fn body_ids_start(body: &str) -> usize {
     body.find(r#""input_ids": ["#).expect("ids") + r#""input_ids": ["#.len()
 }
+
+/// The `--max-answer-bytes` estimate is never below the real size: for each answer shape
+/// (SGLang with output, prompt and listed-id logprobs, a batch with `n > 1`, routed experts and
+/// prompt echoes; vLLM with logprobs, prompt logprobs and token-id echoes), a cap one byte below
+/// the real answer is tripped **while the answer is accumulated** (the estimate's message, not
+/// the measured one), counted once; and the estimate stays within 3× of the real size for a
+/// logprob-heavy SGLang answer, so a cap three times the answer serves it.
+#[tokio::test]
+async fn the_answer_estimate_trips_before_building_and_is_never_below_the_real_size() {
+    let mut cfg = zero_delay();
+    cfg.info.routed_experts = true;
+    let server = start_with(&[], cfg.clone(), 1).await;
+    let v = vocab(&server);
+    let cases = [
+        (
+            "/generate",
+            json!({"input_ids": prompt(300, v), "return_logprob": true, "logprob_start_len": 0,
+                   "top_logprobs_num": 20, "token_ids_logprob": [1, 2, 3],
+                   "sampling_params": {"max_new_tokens": 200, "ignore_eos": true}}),
+        ),
+        (
+            "/generate",
+            json!({"input_ids": [prompt(20, v), prompt(30, v)], "return_logprob": true,
+                   "top_logprobs_num": 3, "return_prompt_token_ids": true,
+                   "return_routed_experts": true,
+                   "sampling_params": {"max_new_tokens": 40, "n": 2, "ignore_eos": true}}),
+        ),
+        (
+            "/inference/v1/generate",
+            json!({"token_ids": prompt(200, v), "return_token_ids": true,
+                   "sampling_params": {"max_tokens": 150, "logprobs": 5, "prompt_logprobs": 5,
+                                       "n": 2, "ignore_eos": true}}),
+        ),
+    ];
+    for (i, (path, body)) in cases.iter().enumerate() {
+        let resp = server.post(path, body).await;
+        assert_eq!(resp.status().as_u16(), 200, "case {i}");
+        let real = resp.bytes().await.expect("body").len();
+        let capped = start_with(
+            &["--max-answer-bytes", &(real - 1).to_string()],
+            cfg.clone(),
+            1,
+        )
+        .await;
+        let (status, answer) = capped.post_json(path, body).await;
+        assert_eq!(status, 400, "case {i}: {answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("--max-answer-bytes") && message.contains("estimate reached"),
+            "case {i}: refused while accumulated, not after building: {answer}"
+        );
+        assert_eq!(hits(&capped, "max_answer_bytes"), 1, "case {i}");
+        capped.shutdown.cancel();
+        if i == 0 {
+            let roomy = start_with(
+                &["--max-answer-bytes", &(3 * real).to_string()],
+                cfg.clone(),
+                1,
+            )
+            .await;
+            let (status, answer) = roomy.post_json(path, body).await;
+            assert_eq!(status, 200, "a {real}-byte answer fits a 3x cap: {answer}");
+            roomy.shutdown.cancel();
+        }
+    }
+}
+
+/// Routed experts are capped up front (`--max-routed-expert-entries`): rows (prompt from
+/// `routed_experts_start_len`, plus `max_new_tokens`) × 1,024 assumed ids per row, a native
+/// 400 naming the flag before any engine sees the request.
+#[tokio::test]
+async fn routed_experts_over_the_up_front_cap_are_a_native_400() {
+    let mut cfg = zero_delay();
+    cfg.info.routed_experts = true;
+    let server = start_with(&["--max-routed-expert-entries", "100000"], cfg, 1).await;
+    let v = vocab(&server);
+    // (100 + 10) rows × 1024 = 112,640 > 100,000.
+    let body = json!({"input_ids": prompt(100, v), "return_routed_experts": true,
+                      "sampling_params": {"max_new_tokens": 10}});
+    let (status, answer) = server.post_json("/generate", &body).await;
+    assert_eq!(status, 400, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("112640") && message.contains("--max-routed-expert-entries"),
+        "{answer}"
+    );
+    assert_eq!(hits(&server, "max_routed_expert_entries"), 1);
+    assert_eq!(server.engines[0].running(), 0);
+    // Starting the prompt rows later fits: (100 - 20 + 10) × 1024 = 92,160.
+    let mut later = body.clone();
+    later["routed_experts_start_len"] = json!(20);
+    let (status, answer) = server.post_json("/generate", &later).await;
+    assert_eq!(status, 200, "{answer}");
+    // Without routed experts nothing is counted.
+    let mut plain = body.clone();
+    plain["return_routed_experts"] = json!(false);
+    let (status, _) = server.post_json("/generate", &plain).await;
+    assert_eq!(status, 200);
+}
