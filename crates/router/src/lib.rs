@@ -448,10 +448,12 @@ impl Router {
             spec.kind.map(Arc::from),
             spec.role,
             spec.handoff,
-            self.config.breaker,
             handles,
-            self.stop.child_token(),
-            self.changed.clone(),
+            worker::WorkerLinks {
+                breaker: self.config.breaker,
+                stop: self.stop.child_token(),
+                changed: self.changed.clone(),
+            },
         ));
         workers.push(worker.clone());
         drop(workers);

@@ -126,6 +126,15 @@ impl Load {
     }
 }
 
+/// What a worker gets from its router: its breaker thresholds, the token that stops its tasks
+/// when it is removed (a child of the router's), and the notifier of state changes that pause
+/// waits watch.
+pub(crate) struct WorkerLinks {
+    pub(crate) breaker: BreakerConfig,
+    pub(crate) stop: CancellationToken,
+    pub(crate) changed: Arc<Notify>,
+}
+
 /// One worker: an engine behind an id, with the router's view of it.
 pub struct Worker {
     pub(crate) id: WorkerId,
@@ -172,11 +181,14 @@ impl Worker {
         kind: Option<Arc<str>>,
         role: Role,
         handoff: Option<genfront_protocol::Handoff>,
-        breaker: BreakerConfig,
         handles: WorkerHandles,
-        stop: CancellationToken,
-        changed: Arc<Notify>,
+        links: WorkerLinks,
     ) -> Self {
+        let WorkerLinks {
+            breaker,
+            stop,
+            changed,
+        } = links;
         let w = Self {
             id,
             url,
