@@ -152,6 +152,24 @@
 //! unfinished and closes the connection. A request cancelled before it was sent is never sent.
 //! Finished, refused and unreachable requests are not aborted.
 //!
+//! # Validation parity (vLLM 0.33.0) and deliberate deviations
+//!
+//! Request validation follows vLLM 0.33.0's own code, compared body by body with the
+//! validation-oracle tool: every `SamplingParams` key is typed in declaration order
+//! (`sampling_params.py:285-446`, including `output_kind`, `watermarking`, `skip_clone`,
+//! `output_text_buffer_length`, `repetition_detection`, `trace_decode_token_ids`), the
+//! msgspec bridge's extra `is_instance_of` error leads a failing `sampling_params`
+//! (`v1/serial_utils.py:586-593`), error dicts print as `_format_error` does (joined `loc`,
+//! summarised `input`), `cache_salt` is the `VLLMValidationError` of `validate_cache_salt`, and
+//! `output_mode` admits `derender`.
+//!
+//! Deliberate deviations:
+//! - `output_mode="derender"` on an engine that loads a tokenizer is refused (400,
+//!   `validate::DERENDER_NOT_SERVED`): genfront does not render the parsed assistant message. On a
+//!   tokens-only engine (the embedded mock) vLLM's own tokenizer refusal comes first, as in vLLM.
+//! - Integers past the 64-bit range reach genfront as floats (serde_json), so their digits in
+//!   messages are the float's.
+//!
 //! # Fuzzing
 //!
 //! `tests/fuzz.rs` drives this format's whole request path (parse, validate, project, the

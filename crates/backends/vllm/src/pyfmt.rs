@@ -15,17 +15,42 @@ use serde_json::{Map, Value};
 pub(crate) trait PyRepr {
     /// Append the repr to `out`, stopping early once `out` exceeds `budget` bytes.
     fn write_py(&self, out: &mut String, budget: usize);
+
+    /// vLLM 0.33.0's `_summarize_error_input` (`exception_handling/handlers/validation.py`): a
+    /// string cut at `max_chars` characters plus `...[truncated]`, a list or dict as
+    /// `<list of N items>` / `<dict of N items>`, anything else as its `str()` (`5`, `1.5`,
+    /// `None`, `True`).
+    fn summary(&self, max_chars: usize) -> String;
 }
 
 impl PyRepr for Value {
     fn write_py(&self, out: &mut String, budget: usize) {
         write_repr(self, out, budget);
     }
+
+    fn summary(&self, max_chars: usize) -> String {
+        match self {
+            Value::String(s) if s.chars().count() > max_chars => {
+                s.chars().take(max_chars).collect::<String>() + "...[truncated]"
+            }
+            Value::String(s) => s.clone(),
+            Value::Array(a) => format!("<list of {} items>", a.len()),
+            Value::Object(o) => format!("<dict of {} items>", o.len()),
+            Value::Null => "None".into(),
+            Value::Bool(true) => "True".into(),
+            Value::Bool(false) => "False".into(),
+            Value::Number(n) => py_number(n),
+        }
+    }
 }
 
 impl PyRepr for Map<String, Value> {
     fn write_py(&self, out: &mut String, budget: usize) {
         write_map(self, out, budget);
+    }
+
+    fn summary(&self, _max_chars: usize) -> String {
+        format!("<dict of {} items>", self.len())
     }
 }
 

@@ -240,6 +240,9 @@ pub(crate) struct Sampling {
     pub overflow: bool,
     /// `structured_outputs`: how many constraint kinds are set, and the dict's Python repr.
     pub structured_outputs: Option<(usize, String)>,
+    /// The `VLLMValidationError` of `RepetitionDetectionParams.__post_init__`, which aborts the
+    /// whole request (pydantic does not catch it).
+    pub repetition_error: Option<&'static str>,
 }
 
 impl Default for Sampling {
@@ -274,6 +277,7 @@ impl Default for Sampling {
             allowed_token_ids: None,
             overflow: false,
             structured_outputs: None,
+            repetition_error: None,
         }
     }
 }
@@ -412,14 +416,8 @@ pub(crate) fn parse_with_ids(
     fast_ids: Option<Vec<u32>>,
 ) -> Result<GenerateRequest, GenerateError> {
     // `mode="before"` validator: runs on the raw dict, before any field.
-    if let Some(salt) = map.get("cache_salt").filter(|v| !v.is_null())
-        && let Err(message) = validate::cache_salt(salt)
-    {
-        return Err(schema_error(&[Issue::value_error(
-            loc(["body".into()]),
-            message,
-            map,
-        )]));
+    if let Some(salt) = map.get("cache_salt").filter(|v| !v.is_null()) {
+        validate::cache_salt(salt)?;
     }
     let mut issues = Vec::new();
     let mut f = Fields {
@@ -436,6 +434,7 @@ pub(crate) fn parse_with_ids(
         }
         None => parse_token_ids(&mut f),
     };
+    parse_token_offsets(&mut f);
     let features = match f.get("features") {
         None | Some(Value::Null) => None,
         Some(v) => features::parse(v, f.issues),
@@ -458,7 +457,12 @@ pub(crate) fn parse_with_ids(
             let before = f.issues.len();
             let base = child(&f.base, "sampling_params");
             let mut sampling = parse_sampling(sp, base, f.issues);
-            if f.issues.len() == before {
+            if let Some(message) = sampling.repetition_error {
+                return Err(crate::errors::bad_request(message));
+            }
+            if f.issues.len() > before {
+                f.issues.insert(before, sampling_instance_issue(sp));
+            } else {
                 // `SamplingParams.__post_init__` raises `VLLMValidationError`, which pydantic
                 // does not catch: it aborts validation of the whole request.
                 validate::post_init(&mut sampling)?;
@@ -466,6 +470,7 @@ pub(crate) fn parse_with_ids(
             Some(sampling)
         }
         Some(other) => {
+            f.issues.push(sampling_instance_issue(other));
             f.fail(
                 "sampling_params",
                 ("dict_type", "Input should be a valid dictionary"),
@@ -476,13 +481,24 @@ pub(crate) fn parse_with_ids(
     };
     let model = f.opt("model", |v| to_str(v).map(str::to_owned));
     f.opt("reasoning_ended", to_bool);
+    parse_reasoning_parser_kwargs(&mut f);
     let return_token_ids = f.opt("return_token_ids", to_bool).unwrap_or(false);
-    let output_mode = f
-        .with("output_mode", |v| match v.as_str() {
-            Some(s @ ("tokens" | "text")) => Ok(s.to_owned()),
-            _ => Err(("literal_error", "Input should be 'tokens' or 'text'")),
-        })
-        .unwrap_or_else(|| "tokens".to_owned());
+    let output_mode = match f.get("output_mode") {
+        None => "tokens".to_owned(),
+        Some(Value::String(m)) if OUTPUT_MODES.contains(&m.as_str()) => m.clone(),
+        Some(other) => {
+            let mut issue = Issue::new(
+                "literal_error",
+                child(&f.base, "output_mode"),
+                "Input should be 'tokens', 'text' or 'derender'",
+                other,
+            );
+            issue.ctx = Some(r#"{'expected': "'tokens', 'text' or 'derender'"}"#.to_owned());
+            f.issues.push(issue);
+            "tokens".to_owned()
+        }
+    };
+    parse_parse_context(&mut f);
     let stream = f.opt("stream", to_bool).unwrap_or(false);
     let stream_options = parse_stream_options(&mut f);
     let cache_salt = f.opt("cache_salt", |v| to_str(v).map(str::to_owned));
@@ -539,6 +555,165 @@ pub(crate) fn parse_with_ids(
         )]));
     }
     Ok(request)
+}
+
+/// `OutputMode = Literal["tokens", "text", "derender"]` (`token_in_token_out/protocol.py:49`).
+const OUTPUT_MODES: &[&str] = &["tokens", "text", "derender"];
+
+/// `token_offsets: list[tuple[int, int]] | None` (`protocol.py:240`), type-checked only (generate
+/// does not read it): an item that is not a list is `tuple_type` (a string is not a tuple here),
+/// a short one `missing` at its absent index, a long one `too_long`.
+fn parse_token_offsets(f: &mut Fields<'_, '_>) {
+    let Some(v) = f.get("token_offsets").filter(|v| !v.is_null()) else {
+        return;
+    };
+    let Some(items) = v.as_array() else {
+        f.fail(
+            "token_offsets",
+            ("list_type", "Input should be a valid list"),
+            v,
+        );
+        return;
+    };
+    let base = child(&f.base, "token_offsets");
+    for (i, item) in items.iter().enumerate() {
+        let at = child(&base, i);
+        let Some(pair) = item.as_array() else {
+            f.issues.push(Issue::new(
+                "tuple_type",
+                at,
+                "Input should be a valid tuple",
+                item,
+            ));
+            continue;
+        };
+        if pair.len() > 2 {
+            let mut issue = Issue::new(
+                "too_long",
+                at,
+                format!(
+                    "Tuple should have at most 2 items after validation, not {}",
+                    pair.len()
+                ),
+                item,
+            );
+            issue.ctx = Some(format!(
+                "{{'field_type': 'Tuple', 'max_length': 2, 'actual_length': {}}}",
+                pair.len()
+            ));
+            f.issues.push(issue);
+            continue;
+        }
+        for (j, x) in pair.iter().enumerate() {
+            if let Err((kind, msg)) = to_int(x) {
+                f.issues.push(Issue::new(kind, child(&at, j), msg, x));
+            }
+        }
+        for j in pair.len()..2 {
+            f.issues.push(Issue::missing(child(&at, j), item));
+        }
+    }
+}
+
+/// A nested pydantic model that is not a dict: `model_type` naming the class.
+fn model_type_issue(f: &mut Fields<'_, '_>, key: &str, class: &str, input: &Value) {
+    let mut issue = Issue::new(
+        "model_type",
+        child(&f.base, key),
+        format!("Input should be a valid dictionary or instance of {class}"),
+        input,
+    );
+    issue.ctx = Some(format!("{{'class_name': '{class}'}}"));
+    f.issues.push(issue);
+}
+
+/// `reasoning_parser_kwargs: ReasoningParserKwargs | None` (`protocol.py:211-218`, `extra="forbid"`,
+/// one field `chat_template_kwargs: dict[str, Any]`).
+fn parse_reasoning_parser_kwargs(f: &mut Fields<'_, '_>) {
+    let key = "reasoning_parser_kwargs";
+    let m = match f.get(key) {
+        None | Some(Value::Null) => return,
+        Some(Value::Object(m)) => m,
+        Some(other) => return model_type_issue(f, key, "ReasoningParserKwargs", other),
+    };
+    let mut inner = Fields {
+        map: m,
+        base: child(&f.base, key),
+        issues: &mut *f.issues,
+    };
+    if let Some(v) = inner.get("chat_template_kwargs")
+        && !v.is_object()
+    {
+        inner.fail(
+            "chat_template_kwargs",
+            ("dict_type", "Input should be a valid dictionary"),
+            v,
+        );
+    }
+    for (k, v) in m {
+        if k != "chat_template_kwargs" {
+            inner.fail(k, ("extra_forbidden", "Extra inputs are not permitted"), v);
+        }
+    }
+}
+
+/// `parse_context: ParseContext | None` (`protocol.py:52-75`, `extra="allow"`): the scalar fields
+/// are type-checked in declaration order (`tools` and `tool_choice` are left to the engine, which
+/// reads them only for `output_mode="derender"`).
+fn parse_parse_context(f: &mut Fields<'_, '_>) {
+    let key = "parse_context";
+    let m = match f.get(key) {
+        None | Some(Value::Null) => return,
+        Some(Value::Object(m)) => m,
+        Some(other) => return model_type_issue(f, key, "ParseContext", other),
+    };
+    let mut inner = Fields {
+        map: m,
+        base: child(&f.base, key),
+        issues: &mut *f.issues,
+    };
+    inner.opt("parallel_tool_calls", to_bool);
+    inner.with("include_reasoning", to_bool);
+    if let Some(v) = inner.get("chat_template_kwargs")
+        && !v.is_object()
+    {
+        inner.fail(
+            "chat_template_kwargs",
+            ("dict_type", "Input should be a valid dictionary"),
+            v,
+        );
+    }
+    if let Some(v) = inner.get("history_tool_call_cnt") {
+        match to_int(v) {
+            Err(fail) => inner.fail("history_tool_call_cnt", fail, v),
+            Ok(n) if n.get() < 0 => {
+                let mut issue = Issue::new(
+                    "greater_than_equal",
+                    child(&inner.base, "history_tool_call_cnt"),
+                    "Input should be greater than or equal to 0",
+                    v,
+                );
+                issue.ctx = Some("{'ge': 0}".to_owned());
+                inner.issues.push(issue);
+            }
+            Ok(_) => {}
+        }
+    }
+}
+
+/// The first error of a failing `sampling_params`: the bridge of `v1/serial_utils.py:586-593`
+/// makes the field a union of `is_instance(SamplingParams)` and the typed dict, and pydantic
+/// reports every branch's errors, the `is_instance_of` one first (its location cleans to
+/// `body.sampling_params`).
+fn sampling_instance_issue<I: crate::pyfmt::PyRepr + ?Sized>(input: &I) -> Issue {
+    let mut issue = Issue::new(
+        "is_instance_of",
+        loc(["body".into(), "sampling_params".into()]),
+        "Input should be an instance of SamplingParams",
+        input,
+    );
+    issue.ctx = Some("{'class': 'SamplingParams'}".to_owned());
+    issue
 }
 
 fn parse_token_ids(f: &mut Fields<'_, '_>) -> (Vec<u32>, PyInt) {
@@ -636,6 +811,7 @@ const FLOAT_KEYS: &[&str] = &[
 
 fn parse_sampling(sp: &Map<String, Value>, base: Vec<Loc>, issues: &mut Vec<Issue>) -> Sampling {
     let d = Sampling::default();
+    let first_issue = issues.len();
     let mut f = Fields {
         map: sp,
         base,
@@ -688,6 +864,7 @@ fn parse_sampling(sp: &Map<String, Value>, base: Vec<Loc>, issues: &mut Vec<Issu
         allowed_token_ids: f.int_list("allowed_token_ids", true),
         overflow: false,
         structured_outputs: None,
+        repetition_error: None,
     };
     for key in [
         "flat_logprobs",
@@ -699,6 +876,19 @@ fn parse_sampling(sp: &Map<String, Value>, base: Vec<Loc>, issues: &mut Vec<Issu
     }
     f.opt("skip_reading_prefix_cache", to_bool);
     f.opt_dict("extra_args");
+    // Typed but not read by genfront (`sampling_params.py:285-446`).
+    f.opt("watermarking", to_bool);
+    if let Some(v) = f.get("output_kind")
+        && let Err((kind, msg)) = output_kind(v)
+    {
+        let mut issue = Issue::new(kind, child(&f.base, "output_kind"), msg, v);
+        issue.ctx = Some("{'expected': '0, 1 or 2'}".to_owned());
+        f.issues.push(issue);
+    }
+    f.req("skip_clone", false, to_bool);
+    f.with("output_text_buffer_length", int);
+    f.int_list("trace_decode_token_ids", true);
+    let repetition = parse_repetition_detection(&mut f);
     s.structured_outputs = f.opt_dict("structured_outputs").map(|so| {
         let kinds = STRUCTURED_OUTPUT_KINDS
             .iter()
@@ -720,11 +910,144 @@ fn parse_sampling(sp: &Map<String, Value>, base: Vec<Loc>, issues: &mut Vec<Issu
         .chain(s.logit_bias_ids.iter().copied())
         .chain(s.logprob_token_ids.iter().flatten().copied())
         .chain(s.allowed_token_ids.iter().flatten().copied());
+    s.repetition_error = repetition;
+    sort_by_declaration(&mut f.issues[first_issue..]);
     s.overflow = typed_ints.into_iter().any(|i| !i.fits_msgpack())
         || sp
             .iter()
             .any(|(k, v)| !FLOAT_KEYS.contains(&k.as_str()) && has_overflow(v));
     s
+}
+
+/// Every field of vLLM 0.33.0's `SamplingParams` in declaration order (`sampling_params.py:285-446`,
+/// private `_` fields left out as the pydantic bridge does, `v1/serial_utils.py:539-546`):
+/// pydantic validates the typed-dict fields in this order, so its errors come in this order.
+const SAMPLING_FIELD_ORDER: &[&str] = &[
+    "n",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "temperature",
+    "watermarking",
+    "top_p",
+    "top_k",
+    "min_p",
+    "seed",
+    "stop",
+    "stop_token_ids",
+    "ignore_eos",
+    "max_tokens",
+    "min_tokens",
+    "logprobs",
+    "prompt_logprobs",
+    "prompt_logprob_token_ids",
+    "prompt_logprob_start",
+    "logprob_token_ids",
+    "flat_logprobs",
+    "detokenize",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "include_stop_str_in_output",
+    "output_kind",
+    "stream_interval",
+    "skip_clone",
+    "output_text_buffer_length",
+    "structured_outputs",
+    "logit_bias",
+    "allowed_token_ids",
+    "extra_args",
+    "bad_words",
+    "skip_reading_prefix_cache",
+    "thinking_token_budget",
+    "repetition_detection",
+    "routed_experts_prompt_start",
+    "trace_decode_token_ids",
+];
+
+/// Put the issues of one `sampling_params` dict in `SamplingParams` declaration order (stable:
+/// the issues of one field keep their order). Each issue's field is the location part after the
+/// `sampling_params` base.
+fn sort_by_declaration(issues: &mut [Issue]) {
+    let rank = |i: &Issue| {
+        i.loc
+            .iter()
+            .skip_while(|l| **l != Loc::Key("sampling_params".into()))
+            .nth(1)
+            .and_then(|l| match l {
+                Loc::Key(k) => SAMPLING_FIELD_ORDER.iter().position(|f| f == k),
+                Loc::Idx(_) => None,
+            })
+            .unwrap_or(usize::MAX)
+    };
+    issues.sort_by_key(rank);
+}
+
+/// `output_kind: RequestOutputKind` (a plain `Enum` of `0`, `1`, `2`, `sampling_params.py:208-214`):
+/// pydantic's enum validator looks the value up by equality, so `1`, `1.0` and `true` are
+/// members; `"1"`, `null` and `3` are the `enum` error.
+fn output_kind(v: &Value) -> Result<(), (&'static str, &'static str)> {
+    let member = match v {
+        Value::Bool(_) => true,
+        Value::Number(n) => n.as_f64().is_some_and(|x| x == 0.0 || x == 1.0 || x == 2.0),
+        _ => false,
+    };
+    if member {
+        Ok(())
+    } else {
+        Err(("enum", "Input should be 0, 1 or 2"))
+    }
+}
+
+/// Message of `RepetitionDetectionParams.__post_init__` for bad pattern sizes
+/// (`sampling_params.py:189-199`).
+pub(crate) const REPETITION_SIZES: &str = "max_pattern_size, min_pattern_size must be >=0, with min_pattern_size <= max_pattern_size. Set both to 0 to disable repetitive pattern detection.";
+/// Message of `RepetitionDetectionParams.__post_init__` for a too small `min_count`
+/// (`sampling_params.py:200-205`).
+pub(crate) const REPETITION_MIN_COUNT: &str = "min_count must be >= 2 to detect repetitive patterns in engine output. If you do not wish to detect repetitive patterns, set max_pattern_size to 0.";
+
+/// `repetition_detection: RepetitionDetectionParams | None`, a pydantic dataclass of three `int`s
+/// (default 0). Type errors are issues at `...repetition_detection.<field>` (a non-dict is
+/// `dataclass_type`); a `__post_init__` failure is a `VLLMValidationError`, which pydantic does not
+/// catch: it is returned here and aborts the whole request like `SamplingParams.__post_init__`.
+fn parse_repetition_detection(f: &mut Fields<'_, '_>) -> Option<&'static str> {
+    let v = f.get("repetition_detection")?;
+    let m = match v {
+        Value::Null => return None,
+        Value::Object(m) => m,
+        other => {
+            let mut issue = Issue::new(
+                "dataclass_type",
+                child(&f.base, "repetition_detection"),
+                "Input should be a dictionary or an instance of RepetitionDetectionParams",
+                other,
+            );
+            issue.ctx = Some("{'class_name': 'RepetitionDetectionParams'}".to_owned());
+            f.issues.push(issue);
+            return None;
+        }
+    };
+    let mut inner = Fields {
+        map: m,
+        base: child(&f.base, "repetition_detection"),
+        issues: &mut *f.issues,
+    };
+    let zero = PyInt::new(0);
+    let max = inner.req("max_pattern_size", zero, int).get();
+    let min = inner.req("min_pattern_size", zero, int).get();
+    let count = inner.req("min_count", zero, int).get();
+    let typed = ["max_pattern_size", "min_pattern_size", "min_count"]
+        .iter()
+        .all(|k| m.get(*k).is_none_or(|v| to_int(v).is_ok()));
+    if !typed {
+        return None;
+    }
+    if max < 0 || min < 0 || min > max {
+        Some(REPETITION_SIZES)
+    } else if max > 0 && count < 2 {
+        Some(REPETITION_MIN_COUNT)
+    } else {
+        None
+    }
 }
 
 /// `stop: str | list[str] | None`, normalised to a list like `__post_init__` does.

@@ -3,19 +3,27 @@
 //! vLLM parses the body with FastAPI + pydantic. Type errors, missing fields and `ValueError`s of
 //! field/model validators become one `RequestValidationError`, which vLLM renders as HTTP 400 with
 //! `"type": "Bad Request"`, `param` = the first error's cleaned `loc` (`body.token_ids`) and the
-//! message `"{count} validation error(s):\n  {error dict}"` (`exception_handler/validation.py`).
+//! message `"{count} validation error(s):\n  {error dict}"`
+//! (`entrypoints/serve/exception_handling/handlers/validation.py`, vLLM 0.33.0). Each listed error
+//! dict is `_format_error`'s: `loc` is the joined, cleaned string (`'body.token_ids'`, not a
+//! tuple), `input` is `_summarize_error_input`'s stand-in (`'<list of 3 items>'`, `'5'`, a string
+//! cut at 200 characters), the dict text is cut at 1000 characters with `...[truncated]`, at most
+//! 10 errors are listed and the rest counted as `  ...and N more errors`.
 
 use std::fmt::{self, Write as _};
 
 use genfront_format::GenerateError;
 use serde_json::Value;
 
-use crate::pyfmt::{PyRepr, py_float, py_repr, py_str};
+use crate::pyfmt::{PyRepr, py_float, py_str};
 
-/// At most this many errors are listed in a message (the count still covers all of them).
+/// At most this many errors are listed in a message (`_MAX_REPORTED_ERRORS`; the count still
+/// covers all of them).
 const MAX_LISTED: usize = 10;
-/// Each listed error is cut to this many characters.
+/// Each listed error is cut to this many characters (`_MAX_ERROR_CHARS`).
 const MAX_ERROR_CHARS: usize = 1000;
+/// A string input is cut to this many characters (`_MAX_ERROR_INPUT_CHARS`).
+const MAX_ERROR_INPUT_CHARS: usize = 200;
 
 /// One element of a pydantic error location.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,7 +67,7 @@ pub(crate) struct Issue {
     pub loc: Vec<Loc>,
     /// Pydantic message, e.g. `Field required`.
     pub msg: String,
-    /// `repr()` of the offending input.
+    /// `repr()` of `_summarize_error_input(input)` (always a quoted string).
     pub input: String,
     /// `repr()` of the `ctx` dict, when pydantic sets one.
     pub ctx: Option<String>,
@@ -77,7 +85,7 @@ impl Issue {
             kind,
             loc,
             msg: msg.into(),
-            input: py_repr(input, MAX_ERROR_CHARS),
+            input: py_str(&input.summary(MAX_ERROR_INPUT_CHARS)),
             ctx: None,
         }
     }
@@ -97,23 +105,13 @@ impl Issue {
 }
 
 impl fmt::Display for Issue {
+    /// `str()` of the error dict as `_format_error` leaves it (before the 1000-character cut).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{{'type': {}, 'loc': (", py_str(self.kind))?;
-        for (i, part) in self.loc.iter().enumerate() {
-            if i > 0 {
-                f.write_str(", ")?;
-            }
-            match part {
-                Loc::Key(k) => f.write_str(&py_str(k))?,
-                Loc::Idx(i) => write!(f, "{i}")?,
-            }
-        }
-        if self.loc.len() == 1 {
-            f.write_str(",")?;
-        }
         write!(
             f,
-            "), 'msg': {}, 'input': {}",
+            "{{'type': {}, 'loc': {}, 'msg': {}, 'input': {}",
+            py_str(self.kind),
+            py_str(&clean_loc(&self.loc)),
             py_str(&self.msg),
             self.input
         )?;
@@ -189,14 +187,13 @@ pub(crate) fn schema_error(issues: &[Issue]) -> GenerateError {
     let mut message = format!("{count} validation {label}:\n");
     for issue in issues.iter().take(MAX_LISTED) {
         let mut text = issue.to_string();
-        if text.len() > MAX_ERROR_CHARS {
-            let mut cut = MAX_ERROR_CHARS;
-            while !text.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            text.truncate(cut);
+        if text.chars().count() > MAX_ERROR_CHARS {
+            text = text.chars().take(MAX_ERROR_CHARS).collect::<String>() + "...[truncated]";
         }
         let _ = writeln!(message, "  {text}");
+    }
+    if count > MAX_LISTED {
+        let _ = writeln!(message, "  ...and {} more {label}", count - MAX_LISTED);
     }
     let message = message.trim_end().to_owned();
     GenerateError::Schema {

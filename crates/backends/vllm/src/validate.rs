@@ -32,18 +32,29 @@ pub const METADATA_NEEDS_EC: &str = "metadata-only multimodal items require ec_t
 /// tokenizer ([`EngineInfo::tokenizer`] `Some(false)`).
 pub const STOP_ON_TOKENS_ONLY: &str = "stop strings are not supported on a --tokens-only server because detokenization is disabled. Check stop strings on the coordinator, or use stop_token_ids.";
 
-/// `validate_cache_salt`, the `mode="before"` validator: a non-empty string of at most 128
-/// characters without `@`, `/`, `\` or NUL.
+/// genfront's refusal of `output_mode="derender"` on an engine that loads a tokenizer: the parsed
+/// assistant message (`GenerateDerenderResponse`) is not rendered by genfront.
+pub const DERENDER_NOT_SERVED: &str =
+    "output_mode='derender' is not served by genfront; use output_mode='text' or 'tokens'.";
+
+/// `validate_cache_salt` (`entrypoints/generate/base/protocol.py:42-58`, run by the
+/// `mode="before"` model validator `_validate_cache_salt`): a non-empty string of at most 128
+/// characters without `@`, `/`, `\` or NUL. It raises `VLLMValidationError(parameter="cache_salt")`,
+/// which is not a `ValueError`: pydantic does not catch it, so it aborts validation of the whole
+/// body and vLLM's `VLLMError` handler answers 400 `BadRequestError` with `param: "cache_salt"`
+/// and the message `... (parameter=cache_salt)`. The Python literal `'\\\\'` prints as two
+/// backslashes.
 ///
 /// # Errors
-/// vLLM's message.
-pub(crate) fn cache_salt(v: &Value) -> Result<(), &'static str> {
+/// vLLM's error.
+pub(crate) fn cache_salt(v: &Value) -> Result<(), GenerateError> {
+    let fail = |m: &str| Err(validation(m, Some("cache_salt"), None));
     let Some(s) = v.as_str().filter(|s| !s.is_empty()) else {
-        return Err("Parameter 'cache_salt' must be a non-empty string if provided.");
+        return fail("Parameter 'cache_salt' must be a non-empty string if provided.");
     };
     if s.chars().count() > 128 || s.contains(['@', '/', '\\', '\0']) {
-        return Err(
-            "Parameter 'cache_salt' must be at most 128 characters and must not contain '@', '/', '\\', or NUL.",
+        return fail(
+            "Parameter 'cache_salt' must be at most 128 characters and must not contain '@', '/', '\\\\', or NUL.",
         );
     }
     Ok(())
@@ -362,6 +373,17 @@ pub(crate) fn serve_checks(
             "output_mode={} requires a tokenizer, but this server does not load one (--tokens-only or --skip-tokenizer-init). Send the request to a server that loads a tokenizer, or use output_mode='tokens'.",
             py_str(&r.output_mode)
         )));
+    }
+    // `output_mode="derender"` (`serve_tokens`, `token_in_token_out/serving.py:243-249`): never
+    // streamed. genfront does not render the parsed assistant message, so it refuses the mode
+    // for an engine that could serve it (a deliberate deviation, see the crate docs).
+    if r.output_mode == "derender" {
+        if r.stream {
+            return Err(bad_request(
+                "output_mode='derender' does not support stream=true.",
+            ));
+        }
+        return Err(bad_request(DERENDER_NOT_SERVED));
     }
     if s.overflow || r.overflow {
         return Err(bad_request("can't serialize ints < -2**63 or > 2**64 - 1"));

@@ -378,7 +378,7 @@ fn prompt_token_ids() {
     );
     assert_eq!(
         message,
-        "1 validation error:\n  {'type': 'value_error', 'loc': ('body', 'token_ids'), 'msg': 'Value error, token_ids must not contain negative values', 'input': [1, -5], 'ctx': {'error': ValueError('token_ids must not contain negative values')}}"
+        "1 validation error:\n  {'type': 'value_error', 'loc': 'body.token_ids', 'msg': 'Value error, token_ids must not contain negative values', 'input': '<list of 2 items>', 'ctx': {'error': ValueError('token_ids must not contain negative values')}}"
     );
     let message = super::support::assert_schema(
         &json!({"token_ids": [], "sampling_params": {}}),
@@ -386,14 +386,18 @@ fn prompt_token_ids() {
     );
     assert_eq!(
         message,
-        "1 validation error:\n  {'type': 'too_short', 'loc': ('body', 'token_ids'), 'msg': 'List should have at least 1 item after validation, not 0', 'input': [], 'ctx': {'field_type': 'List', 'min_length': 1, 'actual_length': 0}}"
+        "1 validation error:\n  {'type': 'too_short', 'loc': 'body.token_ids', 'msg': 'List should have at least 1 item after validation, not 0', 'input': '<list of 0 items>', 'ctx': {'field_type': 'List', 'min_length': 1, 'actual_length': 0}}"
     );
 }
 
 #[test]
 fn cache_salt_rules() {
-    let non_empty = "Parameter 'cache_salt' must be a non-empty string if provided.";
-    let shape = "Parameter 'cache_salt' must be at most 128 characters and must not contain '@', '/', '\\', or NUL.";
+    // `validate_cache_salt` raises `VLLMValidationError(parameter="cache_salt")`, which aborts
+    // pydantic validation (`generate/base/protocol.py:42-58`): a BadRequestError, ahead of any
+    // schema error elsewhere in the body. The Python literal prints two backslashes.
+    let non_empty =
+        "Parameter 'cache_salt' must be a non-empty string if provided. (parameter=cache_salt)";
+    let shape = "Parameter 'cache_salt' must be at most 128 characters and must not contain '@', '/', '\\\\', or NUL. (parameter=cache_salt)";
     for (salt, expected) in [
         (json!(""), non_empty),
         (json!(5), non_empty),
@@ -402,9 +406,9 @@ fn cache_salt_rules() {
         (json!("x".repeat(129)), shape),
     ] {
         let body = json!({"token_ids": [1], "sampling_params": {}, "cache_salt": salt});
-        let message = super::support::assert_schema(&body, Some("body"));
-        let msg = crate::pyfmt::py_str(&format!("Value error, {expected}"));
-        assert!(message.contains(&format!("'msg': {msg}")), "{message}");
+        assert_bad_request(&body, expected, Some("cache_salt"));
+        let body = json!({"token_ids": "bad", "sampling_params": {"n": "x"}, "cache_salt": salt});
+        assert_bad_request(&body, expected, Some("cache_salt"));
     }
     let p =
         prepare(&json!({"token_ids": [1], "sampling_params": {}, "cache_salt": "x".repeat(128)}))
@@ -539,11 +543,21 @@ fn output_mode_needs_a_tokenizer() {
         message.contains("output_mode='text' requires sampling_params.detokenize to be true"),
         "{message}"
     );
-    let message = super::support::assert_schema(
+    // `derender` is a member of vLLM 0.33.0's `OutputMode` (`protocol.py:49`): on a tokens-only
+    // server it meets the tokenizer check like `text`.
+    assert_bad_request(
         &json!({"token_ids": [1], "sampling_params": {}, "output_mode": "derender"}),
+        "output_mode='derender' requires a tokenizer, but this server does not load one (--tokens-only or --skip-tokenizer-init). Send the request to a server that loads a tokenizer, or use output_mode='tokens'.",
+        None,
+    );
+    let message = super::support::assert_schema(
+        &json!({"token_ids": [1], "sampling_params": {}, "output_mode": "json"}),
         Some("body.output_mode"),
     );
-    assert!(message.contains("'literal_error'"), "{message}");
+    assert!(
+        message.ends_with(r#"{'type': 'literal_error', 'loc': 'body.output_mode', 'msg': "Input should be 'tokens', 'text' or 'derender'", 'input': 'json', 'ctx': {'expected': "'tokens', 'text' or 'derender'"}}"#),
+        "{message}"
+    );
 }
 
 #[test]
