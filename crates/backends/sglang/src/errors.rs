@@ -70,6 +70,15 @@ pub(crate) fn stream_event(error: &GenerateError) -> Bytes {
 pub(crate) fn error_response(error: &GenerateError, stream: bool) -> NativeResponse {
     let status = error.status();
     let message = error.public_message();
+    // SGLang 0.5.23's JSON contract gate: `{"error": "<text>"}`, never a stream.
+    if let GenerateError::Validation {
+        param: Some(p),
+        message,
+    } = error
+        && p == crate::request::CONTRACT_GATE
+    {
+        return NativeResponse::json(status, to_bytes(&json!({ "error": message })));
+    }
     if is_value_error(error) {
         if stream {
             let event = stream_event(error);

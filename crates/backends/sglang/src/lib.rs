@@ -74,6 +74,16 @@
 //! Start reading at [`SglangFormat`] (request rules in `request.rs`, `item.rs` and `sampling.rs`,
 //! response rules in `assemble.rs`) or at [`SglangEngine`] (`client/`).
 //!
+//! **JSON contract gate (SGLang 0.5.23)**: after the pydantic pass and before the tokenizer
+//! manager's checks, the body goes through SGLang's generated `GenerateRequest` decoder
+//! (`request::contract`, `http_server.py:933-940`): strict bools and integers, unknown
+//! `sampling_params` keys refused, checked top-level fields (`routing_key`, `custom_labels`,
+//! `modalities`, `max_thinking_tokens`, …), answered 400 `{"error": "<text>"}` also for
+//! `stream: true`. `spec/sglang-native.md` §4.4 predates it.
+//!
+//! **Deliberate deviations**: integer literals past the 64-bit range reach genfront as floats
+//! (serde_json), so the gate judges them as floats where SGLang's Python sees an `int`.
+//!
 //! **Fuzzing**: `tests/fuzz.rs` drives this format's whole request path (parse, validate,
 //! project, the native error answer, the assembler) and the client's frame decoding (SSE bytes →
 //! [`client::SseSplitter`] → [`client::FrameDecoder`]) with seeded, structure-aware random

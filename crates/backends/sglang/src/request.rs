@@ -6,6 +6,7 @@
 //! parallel sampling, per-item lists, rids (`ValueError`s: [`GenerateError::Validation`]) →
 //! per-item checks ([`crate::item`]).
 
+mod contract;
 mod fast;
 
 use genfront_format::{GenerateError, ParseInput, Rejection};
@@ -324,6 +325,10 @@ pub(crate) fn parse(
         fields.input_ids = fast_ids;
     }
     check_other_types(&obj, engine_side).map_err(reject)?;
+    // The JSON contract gate runs after pydantic bound the body, on the body as sent.
+    if let Some(text) = contract::check(&obj) {
+        return Err(reject(contract_error(text)));
+    }
     let client_id = match &fields.rid {
         Some(OneOrList::One(rid)) => Some((*rid).to_owned()),
         _ => input
@@ -354,6 +359,19 @@ pub(crate) fn parse(
         items,
         bootstraps,
     })
+}
+
+/// The `param` that marks a [`GenerateError::Validation`] as the JSON contract gate's refusal
+/// (`http_server.py:937-939`), which SGLang answers 400 `{"error": "<text>"}` whether or not the
+/// request streams (`errors::error_response` renders it so).
+pub(crate) const CONTRACT_GATE: &str = "sglang.api.v1.GenerateRequest";
+
+/// The contract gate's refusal with its text ([`CONTRACT_GATE`]).
+pub(crate) fn contract_error(text: String) -> GenerateError {
+    GenerateError::Validation {
+        message: text,
+        param: Some(CONTRACT_GATE.to_owned()),
+    }
 }
 
 // === impl Fields ===

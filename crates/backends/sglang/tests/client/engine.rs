@@ -151,7 +151,7 @@ async fn cumulative_stream_split_across_chunks() {
     let body = sse(&frames, true);
     fake.shared
         .push(Reply::Sse(chunks(&body, &[7, 3, 50, 1, 1]), End::Close));
-    let client_body = json!({"rid": "client-rid", "input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 8, "zzz_unknown": 1}, "custom": [1], "stream": true});
+    let client_body = json!({"rid": "client-rid", "input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 8, "custom_params": {"zzz": 1}}, "custom": [1], "stream": true});
     let (req, _) = native_request(&e, client_body);
     let outs = oks(&collect(e.generate(req, CancellationToken::new())).await);
     let ids: Vec<Vec<u32>> = outs.iter().map(|o| o.token_ids.clone()).collect();
@@ -181,7 +181,7 @@ async fn cumulative_stream_split_across_chunks() {
     assert_eq!(sent["rid"], RID);
     assert_eq!(sent["stream"], true);
     assert_eq!(sent["input_ids"], json!([1, 2, 3]));
-    assert_eq!(sent["sampling_params"]["zzz_unknown"], 1);
+    assert_eq!(sent["sampling_params"]["custom_params"], json!({"zzz": 1}));
     assert!(
         fake.shared.aborts().is_empty(),
         "a finished stream is not aborted"

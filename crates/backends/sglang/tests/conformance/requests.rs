@@ -156,6 +156,36 @@ fn streaming_validation_errors_are_200_sse_events() {
     }
 }
 
+/// SGLang 0.5.23's JSON contract gate (`http_server.py:933-940`, `api/v1/api_types.py`): strict
+/// types and unknown `sampling_params` keys are a 400 `{"error": "<text>"}`, for `stream: true`
+/// too, after pydantic's binding and before the tokenizer manager's checks.
+#[test]
+fn contract_gate_answers_plain_400() {
+    for (body, text) in [
+        (
+            r#"{"input_ids":[1],"sampling_params":{"max_new_tokens":5.0},"stream":true}"#,
+            "invalid type: floating point `5.0`, expected i64",
+        ),
+        (
+            r#"{"input_ids":[1],"sampling_params":{"foo":1}}"#,
+            "unknown field `foo`, expected one of `max_new_tokens`, `stop`, `stop_token_ids`, `stop_regex`, `temperature`, `top_p`, `top_k`, `min_p`, `frequency_penalty`, `presence_penalty`, `repetition_penalty`, `min_new_tokens`, `n`, `json_schema`, `regex`, `ebnf`, `structural_tag`, `ignore_eos`, `skip_special_tokens`, `spaces_between_special_tokens`, `no_stop_trim`, `stream_interval`, `logit_bias`, `sampling_seed`, `custom_params`, `beam_width`, `watermark`, `choice`",
+        ),
+        (
+            r#"{"input_ids":[1],"routing_key":5,"stream":true}"#,
+            "invalid type: integer `5`, expected a string",
+        ),
+        // The gate runs before the tokenizer manager's own checks (here: empty input_ids).
+        (
+            r#"{"input_ids":[],"sampling_params":{"n":2.0}}"#,
+            "invalid type: floating point `2.0`, expected i64",
+        ),
+    ] {
+        let answer = error_answer(body);
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{body}");
+        assert_eq!(json_of(&answer.body), json!({ "error": text }), "{body}");
+    }
+}
+
 #[test]
 fn checks_run_in_sglang_order() {
     // Text is refused at tokenization, before the sampling checks.
@@ -194,7 +224,7 @@ fn text_with_input_ids_uses_the_ids() {
 
 #[test]
 fn single_request_projection() {
-    let body = r#"{"input_ids":[5,6,7],"sampling_params":{"temperature":0.7,"top_p":0.9,"top_k":-1,"min_p":0.05,"frequency_penalty":0.1,"presence_penalty":-0.2,"repetition_penalty":1.1,"min_new_tokens":2,"max_new_tokens":64,"stop_token_ids":[2,null,9],"ignore_eos":true,"sampling_seed":43,"n":1,"skip_special_tokens":false,"custom_params":{"x":1},"future_key":[1]},"return_logprob":true,"logprob_start_len":1,"top_logprobs_num":3,"token_ids_logprob":[4,8],"return_routed_experts":true,"routed_experts_start_len":2,"priority":-3,"lora_path":"my_lora","cache_salt":"salt","session_id":"sess","routed_dp_rank":2,"stream":false}"#;
+    let body = r#"{"input_ids":[5,6,7],"sampling_params":{"temperature":0.7,"top_p":0.9,"top_k":-1,"min_p":0.05,"frequency_penalty":0.1,"presence_penalty":-0.2,"repetition_penalty":1.1,"min_new_tokens":2,"max_new_tokens":64,"stop_token_ids":[2,9],"ignore_eos":true,"sampling_seed":43,"n":1,"skip_special_tokens":false,"custom_params":{"x":1}},"return_logprob":true,"logprob_start_len":1,"top_logprobs_num":3,"token_ids_logprob":[4,8],"return_routed_experts":true,"routed_experts_start_len":2,"priority":-3,"lora_path":"my_lora","cache_salt":"salt","session_id":"sess","routed_dp_rank":2,"stream":false}"#;
     let p = prepared(body);
     assert!(!p.stream);
     assert_eq!(p.client_id, None);
@@ -296,7 +326,7 @@ fn defaults_and_explicit_nulls() {
 
 #[test]
 fn unknown_keys_and_big_rooms_survive_byte_exact() {
-    let body = r#"{"zeta":{"nested":[1,2.5,null,"x"]},"rid":"5d7a_D","input_ids":[146,746],"sampling_params":{"temperature":1.0,"top_p":1.0,"top_k":-1,"repetition_penalty":1.0,"max_new_tokens":2048,"future_sampling_field":{"a":1}},"return_logprob":true,"image_data":null,"beta":5731906216386620393,"alpha":18446744073709551615,"return_indexer_topk":false}"#;
+    let body = r#"{"zeta":{"nested":[1,2.5,null,"x"]},"rid":"5d7a_D","input_ids":[146,746],"sampling_params":{"temperature":1.0,"top_p":1.0,"top_k":-1,"repetition_penalty":1.0,"max_new_tokens":2048,"custom_params":{"a":1}},"return_logprob":true,"image_data":null,"beta":5731906216386620393,"alpha":18446744073709551615,"return_indexer_topk":false}"#;
     let p = prepared(body);
     let r = &p.subs[0].request;
     assert_eq!(serde_json::to_string(&with_ids(r)).unwrap(), body);
@@ -350,7 +380,7 @@ fn client_id_and_routing_headers() {
 
 #[test]
 fn batch_with_rid_list_str_and_none() {
-    let body = r#"{"input_ids":[[1,2],[3]],"rid":["r-a","r-b"],"sampling_params":[{"max_new_tokens":4},{"max_new_tokens":5,"x":1}],"return_logprob":[true,false],"lora_path":["l0",null],"bootstrap_room":[null,null],"keep":{"k":1},"image_data":null,"stream":true}"#;
+    let body = r#"{"input_ids":[[1,2],[3]],"rid":["r-a","r-b"],"sampling_params":[{"max_new_tokens":4},{"max_new_tokens":5,"ignore_eos":false}],"return_logprob":[true,false],"lora_path":["l0",null],"bootstrap_room":[null,null],"keep":{"k":1},"image_data":null,"stream":true}"#;
     let p = prepared(body);
     assert!(p.stream);
     assert_eq!(p.client_id, None);
@@ -369,7 +399,7 @@ fn batch_with_rid_list_str_and_none() {
     );
     assert_eq!(
         serde_json::to_string(&with_ids(b)).unwrap(),
-        r#"{"input_ids":[3],"rid":"r-b","sampling_params":{"max_new_tokens":5,"x":1},"return_logprob":false,"lora_path":null,"bootstrap_room":null,"keep":{"k":1},"image_data":null,"stream":true}"#
+        r#"{"input_ids":[3],"rid":"r-b","sampling_params":{"max_new_tokens":5,"ignore_eos":false},"return_logprob":false,"lora_path":null,"bootstrap_room":null,"keep":{"k":1},"image_data":null,"stream":true}"#
     );
 
     let p = prepared(r#"{"input_ids":[[1],[2],[3]],"rid":"base"}"#);
