@@ -16,6 +16,19 @@
 //! | `POST /reset_prefix_cache` | query `reset_running_requests: bool = False`, `reset_external: bool = False` | 200 `{"success": bool}` — `false` (still 200) while blocks are held, e.g. by running requests; callers may retry | — |
 //! | `POST /update_weight_version` | body `{"new_version": str}` (`Body(embed=True)`, required) | 200 `{"success":true,"new_version":V}` | — |
 //! | `GET /weight_info` | none | 200 `{"weight_version": V}` (`null` before any version is set) | — |
+//! | `POST /init_weight_transfer_engine` | body `{"init_info": {…}}` (`dict[str, Any]`, `Body(embed=True)`, required) | 200 `{"message":"Weight transfer initialized"}` | an engine exception is not caught by the route; vLLM's catch-all handler answers it: a worker's failure inside `collective_rpc` reaches the route as `Exception("Call to collective_rpc method failed: …")` → 500 `{"error":{"message":…,"type":"InternalServerError","param":null,"code":500}}` (a `ValueError`/`TypeError` → 400 `BadRequestError`) |
+//! | `POST /start_weight_update` | none (a body is not read) | 200 `{"message":"Weight update started"}` | as above |
+//! | `POST /update_weights` | body `{"update_info": {…} \| [{…}, …]}` (`dict[str, Any] \| list[dict[str, Any]]`, required), once per bucket | 200 `{"message":"Weights updated"}` | as above |
+//! | `POST /finish_weight_update` | body `{"weight_version": str \| null}` (optional, default `null`) | 200 `{"message":"Weight update finished"}`; a version becomes the engine's weight version | as above |
+//! | `POST /shutdown_weight_transfer_engine` | none | 200 `{"message":"Weight transfer shut down"}` | as above |
+//! | `POST /start_draft_weight_update` | none | 200 `{"message":"Draft weight update started"}` | as above |
+//!
+//! The weight-transfer flow (init once, then per refit start → `update_weights` per bucket →
+//! finish) maps onto the fleet's actions: init, start, shutdown and start-draft are
+//! [`ControlAction::InitWeightsGroup`] (no routing effect; a failure is only reported);
+//! `/update_weights` is `UpdateWeights { version: None }` and `/finish_weight_update` is
+//! `UpdateWeights { version }` with the body's `weight_version`, so a failed bucket or finish
+//! marks that worker `weights_failed` and the next successful one of either clears it.
 //!
 //! Pause modes (`AsyncLLM.pause_generation`): `abort` aborts every request in flight (each ends
 //! with finish reason `abort` and the tokens made so far), `wait` lets them finish first, `keep`
@@ -26,9 +39,8 @@
 //! **Not at 0.33.0:** the legacy `wait_for_inflight_requests` query parameter is gone; FastAPI
 //! ignores unknown query keys, so `POST /pause?wait_for_inflight_requests=true` pauses in the
 //! default `abort` mode, and so does this parse (genfront's oracle engine still maps it to
-//! `wait`; the engine source wins). The weight-transfer routes of the same router
-//! (`/init_weight_transfer_engine`, `/start_weight_update`, `/update_weights`,
-//! `/finish_weight_update`) are not fanned out by this format.
+//! `wait`; the engine source wins). The router's other routes (`/abort_requests`,
+//! `/weight_checker`, `/get_world_size`) are not fanned out by this format.
 //!
 //! # Refusals (what vLLM rejects before acting)
 //!
@@ -51,6 +63,16 @@
 //!   without `new_version` (or with `"new_version": null`) → `missing` at `body.new_version`;
 //!   a non-string → `string_type`; bytes that are not JSON → `json_invalid` at `body.<char
 //!   offset>` with ctx `{'error': '<json.loads message>'}`. Unknown keys are ignored.
+//! - `/init_weight_transfer_engine`: `init_info` missing (no body, a body that is not an
+//!   object, absent, `null`) → `missing` at `body.init_info`; not an object → `dict_type`.
+//! - `/update_weights`: `update_info` missing as above; neither an object nor a list →
+//!   `dict_type` and `list_type`, both at `body.update_info`; a list with items that are not
+//!   objects → `dict_type` at `body.update_info` (the list) then `dict_type` at
+//!   `body.update_info.{i}` for each such item. An empty list is accepted.
+//! - `/finish_weight_update`: no body, `null`, `{}` and `{"weight_version": null}` are
+//!   accepted without a version; a non-string version → `string_type`; a JSON body that is not
+//!   an object (`"v1"`, `[1]`) → `missing` at `body.weight_version`.
+//! - All three: bytes that are not JSON → `json_invalid` as above.
 //!
 //! Query values are read as Starlette does: `+` and `%XX` decoded, the last of repeated keys.
 //! Pydantic's boolean strings are `0`/`off`/`f`/`false`/`n`/`no` and `1`/`on`/`t`/`true`/`y`/
@@ -67,7 +89,7 @@ use serde_json::Value;
 use crate::pyfmt::{py_float, py_str};
 
 /// vLLM's control routes, in the order of the table above.
-pub const CONTROL_ROUTES: [ControlRoute; 6] = [
+pub const CONTROL_ROUTES: [ControlRoute; 12] = [
     ControlRoute {
         path: "/pause",
         methods: ControlMethods::Post,
@@ -97,6 +119,36 @@ pub const CONTROL_ROUTES: [ControlRoute; 6] = [
         path: "/weight_info",
         methods: ControlMethods::Get,
         parse: parse_weight_info,
+    },
+    ControlRoute {
+        path: "/init_weight_transfer_engine",
+        methods: ControlMethods::Post,
+        parse: parse_init_weight_transfer_engine,
+    },
+    ControlRoute {
+        path: "/start_weight_update",
+        methods: ControlMethods::Post,
+        parse: parse_no_parameters_weights_group,
+    },
+    ControlRoute {
+        path: "/update_weights",
+        methods: ControlMethods::Post,
+        parse: parse_update_weights,
+    },
+    ControlRoute {
+        path: "/finish_weight_update",
+        methods: ControlMethods::Post,
+        parse: parse_finish_weight_update,
+    },
+    ControlRoute {
+        path: "/shutdown_weight_transfer_engine",
+        methods: ControlMethods::Post,
+        parse: parse_no_parameters_weights_group,
+    },
+    ControlRoute {
+        path: "/start_draft_weight_update",
+        methods: ControlMethods::Post,
+        parse: parse_no_parameters_weights_group,
     },
 ];
 
@@ -186,6 +238,137 @@ fn parse_update_weight_version(_query: &str, body: &[u8]) -> Result<ControlActio
             input: py_str(&summarise_value(other)),
             ctx: None,
         }])),
+    }
+}
+
+/// `/start_weight_update`, `/shutdown_weight_transfer_engine`, `/start_draft_weight_update`:
+/// no parameters (the body is not read), no routing effect.
+fn parse_no_parameters_weights_group(
+    _query: &str,
+    _body: &[u8],
+) -> Result<ControlAction, NativeResponse> {
+    Ok(ControlAction::InitWeightsGroup)
+}
+
+/// `/init_weight_transfer_engine`: `init_info: dict[str, Any] = Body(embed=True)`, required.
+fn parse_init_weight_transfer_engine(
+    _query: &str,
+    body: &[u8],
+) -> Result<ControlAction, NativeResponse> {
+    match embedded_field(body, "init_info")? {
+        None => Err(refusal(&[missing_field("init_info")])),
+        Some(Value::Object(_)) => Ok(ControlAction::InitWeightsGroup),
+        Some(other) => Err(refusal(&[dict_type("body.init_info".into(), &other)])),
+    }
+}
+
+/// `/update_weights`: `update_info: dict[str, Any] | list[dict[str, Any]] = Body(embed=True)`,
+/// required. A value that is neither fails both union members: `dict_type` then `list_type`
+/// (both at `body.update_info`); a list with non-object items fails the dict member at the list
+/// and the list member at each such item (`body.update_info.{i}`).
+fn parse_update_weights(_query: &str, body: &[u8]) -> Result<ControlAction, NativeResponse> {
+    let loc = "body.update_info";
+    match embedded_field(body, "update_info")? {
+        None => Err(refusal(&[missing_field("update_info")])),
+        Some(Value::Object(_)) => Ok(ControlAction::UpdateWeights { version: None }),
+        Some(Value::Array(items)) => {
+            let mut errors = Vec::new();
+            for (i, item) in items.iter().enumerate() {
+                if !item.is_object() {
+                    errors.push(dict_type(format!("{loc}.{i}"), item));
+                }
+            }
+            if errors.is_empty() {
+                return Ok(ControlAction::UpdateWeights { version: None });
+            }
+            errors.insert(0, dict_type(loc.into(), &Value::Array(items)));
+            Err(refusal(&errors))
+        }
+        Some(other) => Err(refusal(&[
+            dict_type(loc.into(), &other),
+            Issue {
+                kind: "list_type",
+                loc: loc.into(),
+                msg: "Input should be a valid list".into(),
+                input: py_str(&summarise_value(&other)),
+                ctx: None,
+            },
+        ])),
+    }
+}
+
+/// `/finish_weight_update`: `weight_version: str | None = Body(None, embed=True)`. No body,
+/// `null`, or an object without it (or with `null`) finishes without a version; a body that is
+/// JSON but not an object is `missing` (FastAPI's embedded-body rule, as recorded).
+fn parse_finish_weight_update(_query: &str, body: &[u8]) -> Result<ControlAction, NativeResponse> {
+    if body.is_empty() {
+        return Ok(ControlAction::UpdateWeights { version: None });
+    }
+    let value = json_body(body)?;
+    match value {
+        Value::Null => Ok(ControlAction::UpdateWeights { version: None }),
+        Value::Object(map) => match map.get("weight_version") {
+            None | Some(Value::Null) => Ok(ControlAction::UpdateWeights { version: None }),
+            Some(Value::String(v)) => Ok(ControlAction::UpdateWeights {
+                version: Some(v.clone()),
+            }),
+            Some(other) => Err(refusal(&[Issue {
+                kind: "string_type",
+                loc: "body.weight_version".into(),
+                msg: "Input should be a valid string".into(),
+                input: py_str(&summarise_value(other)),
+                ctx: None,
+            }])),
+        },
+        _ => Err(refusal(&[missing_field("weight_version")])),
+    }
+}
+
+/// The JSON of a non-empty body, or vLLM's `json_invalid` refusal (`body.{char offset}`).
+fn json_body(body: &[u8]) -> Result<Value, NativeResponse> {
+    serde_json::from_slice(body).map_err(|err| {
+        let e = crate::schema::json_decode_error(&err, body);
+        refusal(&[Issue {
+            kind: "json_invalid",
+            loc: format!("body.{}", e.pos),
+            msg: "JSON decode error".into(),
+            input: py_str("<dict of 0 items>"),
+            ctx: Some(format!("{{'error': {}}}", py_str(e.msg))),
+        }])
+    })
+}
+
+/// A required `Body(embed=True)` field: `Ok(None)` when the body is empty, not an object, or
+/// the field is absent or `null` (all `missing` to FastAPI); `Err` for bytes that are not JSON.
+fn embedded_field(body: &[u8], key: &str) -> Result<Option<Value>, NativeResponse> {
+    if body.is_empty() {
+        return Ok(None);
+    }
+    Ok(match json_body(body)? {
+        Value::Object(mut map) => map.remove(key).filter(|v| !v.is_null()),
+        _ => None,
+    })
+}
+
+/// Pydantic's `missing` at `body.{key}`.
+fn missing_field(key: &str) -> Issue {
+    Issue {
+        kind: "missing",
+        loc: format!("body.{key}"),
+        msg: "Field required".into(),
+        input: py_str("None"),
+        ctx: None,
+    }
+}
+
+/// Pydantic's `dict_type` for `value` at `loc`.
+fn dict_type(loc: String, value: &Value) -> Issue {
+    Issue {
+        kind: "dict_type",
+        loc,
+        msg: "Input should be a valid dictionary".into(),
+        input: py_str(&summarise_value(value)),
+        ctx: None,
     }
 }
 

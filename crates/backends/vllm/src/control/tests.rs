@@ -37,6 +37,12 @@ fn every_route_and_method() {
             ("/reset_prefix_cache", ControlMethods::Post),
             ("/update_weight_version", ControlMethods::Post),
             ("/weight_info", ControlMethods::Get),
+            ("/init_weight_transfer_engine", ControlMethods::Post),
+            ("/start_weight_update", ControlMethods::Post),
+            ("/update_weights", ControlMethods::Post),
+            ("/finish_weight_update", ControlMethods::Post),
+            ("/shutdown_weight_transfer_engine", ControlMethods::Post),
+            ("/start_draft_weight_update", ControlMethods::Post),
         ]
     );
 }
@@ -158,4 +164,59 @@ fn sanitize_message_rules() {
     );
     assert_eq!(sanitize_message("at /a/b/c.tar.gz"), "at <path>.gz");
     assert_eq!(sanitize_message("/a.py /a/b"), "/a.py /a/b");
+}
+
+#[test]
+fn weight_transfer_flow_actions() {
+    let group = ControlAction::InitWeightsGroup;
+    let update = |version: Option<&str>| ControlAction::UpdateWeights {
+        version: version.map(str::to_owned),
+    };
+    assert_eq!(
+        ok(
+            "/init_weight_transfer_engine",
+            "",
+            r#"{"init_info":{"master_port":1}}"#
+        ),
+        group
+    );
+    assert_eq!(
+        ok("/init_weight_transfer_engine", "", r#"{"init_info":{}}"#),
+        group
+    );
+    for path in [
+        "/start_weight_update",
+        "/shutdown_weight_transfer_engine",
+        "/start_draft_weight_update",
+    ] {
+        assert_eq!(ok(path, "", ""), group, "{path}");
+        assert_eq!(ok(path, "", "not json"), group, "{path}: body not read");
+    }
+    assert_eq!(
+        ok("/update_weights", "", r#"{"update_info":{"names":["w"]}}"#),
+        update(None)
+    );
+    assert_eq!(
+        ok("/update_weights", "", r#"{"update_info":[{"a":1},{}]}"#),
+        update(None)
+    );
+    assert_eq!(
+        ok("/update_weights", "", r#"{"update_info":[]}"#),
+        update(None)
+    );
+    assert_eq!(ok("/finish_weight_update", "", ""), update(None));
+    assert_eq!(ok("/finish_weight_update", "", "null"), update(None));
+    assert_eq!(ok("/finish_weight_update", "", "{}"), update(None));
+    assert_eq!(
+        ok("/finish_weight_update", "", r#"{"weight_version":null}"#),
+        update(None)
+    );
+    assert_eq!(
+        ok(
+            "/finish_weight_update",
+            "",
+            r#"{"weight_version":"step-7","x":1}"#
+        ),
+        update(Some("step-7"))
+    );
 }
