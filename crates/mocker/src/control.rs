@@ -18,16 +18,15 @@
 //! | `Pause` | 200 `{"message":"Generation paused successfully.","status":"ok"}` | 200 `{"status":"paused"}` |
 //! | `Resume` | 200 `{"message":"Generation continued successfully.","status":"ok"}` | 200 `{"status":"resumed"}` |
 //! | `FlushCache` | 200 `Cache flushed.\n…` / 400 `Flush cache failed.\n` (requests running), no content type | 200 `{"success":B}` (`false` while requests run, unless `reset_running_requests=true`) |
-//! | `UpdateWeights` | 200 `{"success":true,"message",…}` / 400 `{"success":false,"message",…}` | 200 `{"message":"Weights updated"}` / 500 `Internal Server Error` |
-//! | `InitWeightsGroup` | 200 `{"success":true,"message"}` | 200 `{"message":"Weight transfer initialized"}` |
+//! | `UpdateWeights` | 200 `{"success":true,"message",…}` / 400 `{"success":false,"message",…}` | 200 `{"message":"Weights updated"}` (`/update_weights`), `{"message":"Weight update finished"}` (`/finish_weight_update`) / 500 `{"error":{"message":"Call to collective_rpc method failed: …","type":"InternalServerError","param":null,"code":500}}` |
+//! | `InitWeightsGroup` | 200 `{"success":true,"message"}` | 200 `{"message":M}`: `Weight transfer initialized`, `Weight update started`, `Weight transfer shut down`, `Draft weight update started` for `/init_weight_transfer_engine`, `/start_weight_update`, `/shutdown_weight_transfer_engine`, `/start_draft_weight_update` |
 //! | `SetWeightVersion` | 200 `{"success":true,"message":"Weight version updated to V","new_version":V}` | 200 `{"success":true,"new_version":V}` |
 //! | `IsPaused` | 200 `{"is_paused":B}` | 200 `{"is_paused":B}` |
 //! | `WeightInfo` | 200 `{"weight_version":V}` (`"default"` before any) | 200 `{"weight_version":V}` (`null` before any) |
 //!
 //! SGLang's `/update_weights_from_disk` answer also carries `"num_paused_requests":0`. Where a
 //! pinned engine has no route for an action (SGLang 0.5.23 has no `/is_paused` or
-//! `/get_weight_version`; vLLM's format fans out no weight-loading route), the mock answers
-//! with the oracle's shape or the other engine's.
+//! `/get_weight_version`), the mock answers with the oracle's shape or the other engine's.
 //!
 //! Semantics:
 //! - **`Pause{Abort}`** ends every request in flight at once: each unfinished choice's last item
@@ -65,7 +64,9 @@
 //!   Until a version is set nothing is attached (the formats' own `"default"` / `null` stand).
 //! - **Failure knob**: [`crate::MockEngine::set_update_weights_fail`] (and
 //!   [`crate::MockConfig::update_weights_fail`]) makes every weight update fail, with SGLang's
-//!   400 `{"success":false,"message":…}` or vLLM's 500, until it is cleared (sticky, as the
+//!   400 `{"success":false,"message":…}` or vLLM's 500 (on `/update_weights` and
+//!   `/finish_weight_update`: what an exception inside vLLM's `collective_rpc` becomes through
+//!   its catch-all exception handler; the start/init routes still succeed), until it is cleared (sticky, as the
 //!   oracle's `update_weights_fail` config); the version is then left unchanged.
 //! - Every call is recorded ([`ControlRecord`], [`crate::MockEngine::control_log`]).
 
@@ -429,12 +430,7 @@ async fn act(shared: &Arc<Shared>, call: &ControlCall) -> Result<ControlReply, E
                         }
                         ControlReply::json(400, to_vec(&answer))
                     }
-                    // An exception in a vLLM route is Starlette's plain 500.
-                    Native::Vllm => ControlReply {
-                        status: 500,
-                        content_type: Some("text/plain; charset=utf-8".to_owned()),
-                        body: b"Internal Server Error".to_vec().into(),
-                    },
+                    Native::Vllm => vllm_rpc_failure(&message),
                 });
             }
             if let Some(v) = version {
@@ -459,7 +455,7 @@ async fn act(shared: &Arc<Shared>, call: &ControlCall) -> Result<ControlReply, E
                     }
                     ok_json(answer)
                 }
-                Native::Vllm => ok_json(json!({"message": "Weights updated"})),
+                Native::Vllm => ok_json(json!({"message": vllm_message(&call.path)})),
             })
         }
         ControlAction::InitWeightsGroup => Ok(match native {
@@ -467,7 +463,7 @@ async fn act(shared: &Arc<Shared>, call: &ControlCall) -> Result<ControlReply, E
                 "success": true,
                 "message": "Succeeded to initialize custom process group.",
             })),
-            Native::Vllm => ok_json(json!({"message": "Weight transfer initialized"})),
+            Native::Vllm => ok_json(json!({"message": vllm_message(&call.path)})),
         }),
         ControlAction::SetWeightVersion { version } => {
             // SGLang's `abort_all_requests` defaults to true; vLLM's route aborts nothing.
@@ -495,6 +491,41 @@ async fn act(shared: &Arc<Shared>, call: &ControlCall) -> Result<ControlReply, E
         }
     }
 }
+
+/// The `message` of vLLM 0.33.0's 200 answer on a weight-transfer route
+/// (`entrypoints/rl/online/api_router.py`), by the path's last segment.
+fn vllm_message(path: &str) -> &'static str {
+    match path.rsplit('/').next().unwrap_or_default() {
+        "start_weight_update" => "Weight update started",
+        "update_weights" => "Weights updated",
+        "finish_weight_update" => "Weight update finished",
+        "shutdown_weight_transfer_engine" => "Weight transfer shut down",
+        "start_draft_weight_update" => "Draft weight update started",
+        _ => "Weight transfer initialized",
+    }
+}
+
+/// What a failed weight call answers on vLLM 0.33.0: the routes do not catch, a worker's error
+/// comes out of `collective_rpc` as `Exception("Call to collective_rpc method failed: …")`
+/// (`v1/engine/core.py`, `core_client.py`), and the catch-all handler
+/// (`serve/exception_handling/handlers/exception.py`) answers 500 with `ErrorResponse`. The
+/// knob's message (empty: [`MOCK_UPDATE_FAILURE`]) stands for the worker's error.
+fn vllm_rpc_failure(message: &str) -> ControlReply {
+    let cause = if message.is_empty() {
+        MOCK_UPDATE_FAILURE
+    } else {
+        message
+    };
+    let text = format!(
+        r#"{{"error":{{"message":{},"type":"InternalServerError","param":null,"code":500}}}}"#,
+        Value::String(format!("Call to collective_rpc method failed: {cause}"))
+    );
+    ControlReply::json(500, text.into_bytes())
+}
+
+/// The worker error a vLLM weight call fails with when the knob gives no message (the mock's
+/// wording, not the engine's).
+pub const MOCK_UPDATE_FAILURE: &str = "mock weight update failure";
 
 /// Wait until no request runs, within `timeout`.
 async fn wait_idle(shared: &Arc<Shared>, timeout: Duration, what: &str) -> Result<(), EngineError> {

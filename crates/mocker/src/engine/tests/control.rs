@@ -553,10 +553,15 @@ async fn the_failure_knob_fails_updates_natively_until_cleared() {
         .control(update("vllm", "/update_weights"))
         .await
         .expect("answered");
-    assert_eq!(
-        (failed.status, failed.body.as_ref()),
-        (500, &b"Internal Server Error"[..])
-    );
+    let vllm_failure = json!({"error": {
+        "message": "Call to collective_rpc method failed: NCCL timeout",
+        "type": "InternalServerError", "param": null, "code": 500}});
+    assert_eq!((failed.status, body(&failed)), (500, vllm_failure.clone()));
+    let failed = e
+        .control(update("vllm", "/finish_weight_update"))
+        .await
+        .expect("answered");
+    assert_eq!((failed.status, body(&failed)), (500, vllm_failure));
     assert_eq!(
         e.weight_version(),
         None,
@@ -568,6 +573,65 @@ async fn the_failure_knob_fails_updates_natively_until_cleared() {
     let done = ok(&e, update("vllm", "/update_weights")).await;
     assert_eq!(done, json!({"message": "Weights updated"}));
     assert_eq!(e.weight_version().as_deref(), Some("v9"));
+    let done = ok(
+        &e,
+        call(
+            "vllm",
+            ControlAction::UpdateWeights {
+                version: Some("v10".to_owned()),
+            },
+            "/finish_weight_update",
+            "",
+            r#"{"weight_version":"v10"}"#,
+        ),
+    )
+    .await;
+    assert_eq!(done, json!({"message": "Weight update finished"}));
+    assert_eq!(e.weight_version().as_deref(), Some("v10"));
+}
+
+#[tokio::test]
+async fn vllm_weight_transfer_routes_answer_their_messages() {
+    let e = engine();
+    e.set_update_weights_fail(Some(String::new()));
+    for (path, message) in [
+        (
+            "/init_weight_transfer_engine",
+            "Weight transfer initialized",
+        ),
+        ("/start_weight_update", "Weight update started"),
+        (
+            "/shutdown_weight_transfer_engine",
+            "Weight transfer shut down",
+        ),
+        ("/start_draft_weight_update", "Draft weight update started"),
+    ] {
+        let got = ok(
+            &e,
+            call("vllm", ControlAction::InitWeightsGroup, path, "", ""),
+        )
+        .await;
+        assert_eq!(
+            got,
+            json!({"message": message}),
+            "{path}: the knob fails only updates"
+        );
+    }
+    let failed = e
+        .control(call(
+            "vllm",
+            ControlAction::UpdateWeights { version: None },
+            "/update_weights",
+            "",
+            r#"{"update_info":{}}"#,
+        ))
+        .await
+        .expect("answered");
+    assert_eq!(failed.status, 500);
+    assert_eq!(
+        body(&failed)["error"]["message"],
+        "Call to collective_rpc method failed: mock weight update failure"
+    );
 }
 
 #[tokio::test]
