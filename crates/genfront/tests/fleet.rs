@@ -731,3 +731,178 @@ async fn three_mock_servers_record_the_fanned_out_calls_and_isolate_a_failed_upd
         "restored worker serves again"
     );
 }
+
+/// vLLM's weight-transfer flow over three native vLLM mock servers: init → start →
+/// `update_weights` per bucket (one mock failing, as the engine answers a failed
+/// `collective_rpc`: 500) → finish with a version. Each failed call reports 2 ok / 1 error and
+/// leaves the failed worker out of rotation; `/weight_info` shows the version on the others; a
+/// malformed bucket is vLLM's own 400 before any fan-out; a later full flow restores the worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vllm_weight_transfer_flow_isolates_a_failed_bucket_until_a_full_refit_succeeds() {
+    use genfront_mockserver::{Api, MockServerArgs, spawn};
+    let mut mocks = Vec::new();
+    for _ in 0..3 {
+        let mut a = MockServerArgs::new(Api::Vllm);
+        a.zero_delay = true;
+        mocks.push(spawn(&a).await.expect("mock server"));
+    }
+    let mut argv: Vec<String> = Vec::new();
+    for m in &mocks {
+        argv.push("--worker".to_owned());
+        argv.push(format!("vllm={}", m.base_url()));
+    }
+    argv.extend(["--policy", "round_robin"].map(str::to_owned));
+    let (url, server, _stop) = common::genfront(&argv).await;
+    assert!(server.wait_all_workers(Duration::from_secs(10)).await);
+    let failing = mocks[2].base_url().to_string();
+    let outcome_of = |report: &Value, base: &str| -> Value {
+        report["workers"]
+            .as_array()
+            .expect("workers in report")
+            .iter()
+            .find(|w| {
+                w["url"]
+                    .as_str()
+                    .is_some_and(|u| u.trim_end_matches('/') == base.trim_end_matches('/'))
+            })
+            .cloned()
+            .unwrap_or_else(|| panic!("no worker {base} in {report}"))
+    };
+    let count =
+        |report: &Value, outcome: &str| outcomes(report).iter().filter(|o| *o == outcome).count();
+    let body_gen = json!({"token_ids": [1, 2, 3], "sampling_params": {"max_tokens": 2}});
+
+    let (status, _, _) = post(
+        &mocks[2].url("/_mock/config"),
+        &json!({"update_weights_fail": true}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let init = json!({"init_info": {"master_address": "10.0.0.9", "master_port": 29500, "rank_offset": 1, "world_size": 4}});
+    let (status, report, _) = post(&format!("{url}/init_weight_transfer_engine"), &init).await;
+    assert_eq!(
+        status, 200,
+        "init does not use the failing update path: {report}"
+    );
+    for w in report["workers"].as_array().expect("workers") {
+        assert_eq!(w["body"], json!({"message": "Weight transfer initialized"}));
+    }
+    let (status, report, _) = post(&format!("{url}/start_weight_update"), &json!({})).await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(
+        report["workers"][0]["body"],
+        json!({"message": "Weight update started"})
+    );
+
+    // A malformed bucket: vLLM's own 400, refused before any engine sees it.
+    let (status, refusal, _) = post(
+        &format!("{url}/update_weights"),
+        &json!({"update_info": "x"}),
+    )
+    .await;
+    assert_eq!(status, 400, "{refusal}");
+    assert_eq!(refusal["error"]["param"], "body.update_info", "{refusal}");
+    for m in &mocks {
+        let (_, log) = get(&m.url("/_mock/control_log")).await;
+        assert!(
+            !log.as_array()
+                .expect("log")
+                .iter()
+                .any(|c| c["path"] == "/update_weights"),
+            "the refused bucket reached a mock: {log}"
+        );
+    }
+
+    for bucket in 0..2 {
+        let update = json!({"update_info": {"names": [format!("layers.{bucket}.w")], "dtype_names": ["bfloat16"], "shapes": [[8, 8]]}});
+        let (status, report, _) = post(&format!("{url}/update_weights"), &update).await;
+        assert_eq!(status, 502, "{report}");
+        assert_eq!(
+            (count(&report, "ok"), count(&report, "error")),
+            (2, 1),
+            "{report}"
+        );
+        let failed = outcome_of(&report, &failing);
+        assert_eq!(failed["outcome"], "error");
+        assert_eq!(failed["status"], 500);
+        assert_eq!(
+            failed["body"]["error"]["type"], "InternalServerError",
+            "{failed}"
+        );
+    }
+    let (status, report, _) = post(
+        &format!("{url}/finish_weight_update"),
+        &json!({"weight_version": "step-3"}),
+    )
+    .await;
+    assert_eq!(status, 502, "{report}");
+    assert_eq!(
+        (count(&report, "ok"), count(&report, "error")),
+        (2, 1),
+        "{report}"
+    );
+    for w in report["workers"].as_array().expect("workers") {
+        if w["outcome"] == "ok" {
+            assert_eq!(w["body"], json!({"message": "Weight update finished"}));
+        }
+    }
+    let (_, workers) = get(&format!("{url}/workers")).await;
+    let flagged: Vec<bool> = workers["workers"]
+        .as_array()
+        .expect("workers")
+        .iter()
+        .map(|w| w["weights_failed"] == true)
+        .collect();
+    assert_eq!(flagged.iter().filter(|f| **f).count(), 1, "{workers}");
+
+    let before = mocks[2].generate_requests();
+    for _ in 0..9 {
+        let (status, body, _) = post(&format!("{url}/inference/v1/generate"), &body_gen).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    assert_eq!(
+        mocks[2].generate_requests(),
+        before,
+        "the failed worker got traffic"
+    );
+    let (status, info) = get(&format!("{url}/weight_info")).await;
+    assert_eq!(status, 200, "{info}");
+    for w in info["workers"].as_array().expect("workers") {
+        let base = w["url"].as_str().unwrap_or_default();
+        let expected = if base.trim_end_matches('/') == failing.trim_end_matches('/') {
+            Value::Null
+        } else {
+            json!("step-3")
+        };
+        assert_eq!(w["body"]["weight_version"], expected, "{info}");
+    }
+
+    // The trainer redoes the refit once the engine is healthy: every call succeeds.
+    post(
+        &mocks[2].url("/_mock/config"),
+        &json!({"update_weights_fail": false}),
+    )
+    .await;
+    for (path, body) in [
+        ("/start_weight_update", json!({})),
+        (
+            "/update_weights",
+            json!({"update_info": [{"names": ["layers.0.w"]}, {"names": ["layers.1.w"]}]}),
+        ),
+        ("/finish_weight_update", json!({"weight_version": "step-4"})),
+    ] {
+        let (status, report, _) = post(&format!("{url}{path}"), &body).await;
+        assert_eq!(status, 200, "{path}: {report}");
+    }
+    let (_, info) = get(&format!("{url}/weight_info")).await;
+    for w in info["workers"].as_array().expect("workers") {
+        assert_eq!(w["body"]["weight_version"], "step-4", "{info}");
+    }
+    for _ in 0..6 {
+        post(&format!("{url}/inference/v1/generate"), &body_gen).await;
+    }
+    assert!(
+        mocks[2].generate_requests() > before,
+        "restored worker serves again"
+    );
+}
