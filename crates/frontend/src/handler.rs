@@ -595,10 +595,27 @@ fn drop_maybe_blocking<T: Send + 'static>(value: T, big: bool) {
     }
 }
 
-/// Run `f` on the blocking pool; a panic there becomes an internal error (never a crash).
+/// Permits for big unary work on the blocking pool: one per core. Each big fold or finish holds
+/// an engine output or an answer's buffers while it grows them; unbounded, six clients' big
+/// answers would all grow at once (peak memory of six transients instead of one per core) and
+/// crowd the cores the runtime workers need.
+fn big_work() -> &'static tokio::sync::Semaphore {
+    static PERMITS: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
+    PERMITS.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+        tokio::sync::Semaphore::new(cores)
+    })
+}
+
+/// Run `f` on the blocking pool under a [`big_work`] permit; a panic there becomes an internal
+/// error (never a crash).
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, GenerateError> {
+    let _permit = big_work()
+        .acquire()
+        .await
+        .map_err(|e| GenerateError::Internal(format!("unary assembly failed: {e}")))?;
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| GenerateError::Internal(format!("unary assembly failed: {e}")))

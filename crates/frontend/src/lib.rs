@@ -24,10 +24,13 @@
 //! is counted in `genfront_limit_hits_total{limit}` ([`LimitMetrics`]).
 //!
 //! After the format's parse, the output caps (`--max-engine-requests`, `--max-top-logprobs`,
-//! `--max-logprob-token-ids`, `--max-logprob-entries` up front; `--max-answer-bytes` and `--max-stream-bytes` while the
-//! answer is made): a native 400 (or, once a stream has started, the native error event) naming
-//! the flag, counted under the flag's name. The rules, the estimates and why the defaults pass
-//! ordinary RL traffic are in [`caps`] (`caps.rs`).
+//! `--max-logprob-token-ids`, `--max-logprob-entries`, `--max-routed-expert-entries` up front;
+//! `--max-answer-bytes` (on a running estimate never below the real size, before each engine
+//! output is folded) and `--max-stream-bytes` while the answer is made): a native 400 (or, once
+//! a stream has started, the native error event) naming the flag, counted under the flag's
+//! name. The rules, the estimates and why the defaults pass ordinary RL traffic are in [`caps`]
+//! (`caps.rs`). Big unary answers are folded, rendered and freed on the blocking pool (at most
+//! one job per core), never on the async workers.
 //!
 //! # Authentication and abort isolation
 //!
