@@ -594,7 +594,7 @@ impl Router {
             .collect();
         let native: Vec<Arc<Worker>> = usable
             .iter()
-            .filter(|w| w.kind() == Some(format))
+            .filter(|w| w.native_kind() == Some(format))
             .cloned()
             .collect();
         if native.is_empty() { usable } else { native }
@@ -620,7 +620,7 @@ impl Router {
         let workers = self.workers.read().unwrap_or_else(|e| e.into_inner());
         workers
             .iter()
-            .filter(|w| w.kind() == Some(format))
+            .filter(|w| w.native_kind() == Some(format))
             .chain(workers.iter())
             .find_map(|w| w.facts().cloned())
     }

@@ -265,13 +265,19 @@ impl Worker {
             .unwrap_or_else(|e| e.into_inner().clone())
     }
 
-    /// Whether this worker answers `format`'s control calls: its native kind (given, or
-    /// reported by its engine) is `format`, or it has none (the mocker speaks every format).
+    /// The native format of its engine: the kind it was added with, else what its connected
+    /// engine reports ([`Engine::native_format`]: a sidecar states its engine's); `None` for
+    /// the mocker (it speaks every format) or a worker not connected yet. Requests of a format
+    /// prefer workers of that native kind.
+    pub fn native_kind(&self) -> Option<&str> {
+        self.kind()
+            .or_else(|| self.engine().and_then(|e| e.native_format()))
+    }
+
+    /// Whether this worker answers `format`'s control calls: its native kind is `format`, or it
+    /// has none (the mocker speaks every format).
     pub fn speaks(&self, format: &str) -> bool {
-        let native = self
-            .kind()
-            .or_else(|| self.engine().and_then(|e| e.native_format()));
-        native.is_none_or(|k| k == format)
+        self.native_kind().is_none_or(|k| k == format)
     }
 
     pub(crate) fn set_weights_failed(&self, failed: bool) {
