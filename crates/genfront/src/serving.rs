@@ -397,7 +397,8 @@ async fn idle_for(streams: &StreamCount, idle: Duration) {
 
 /// The HTTP/2 idle watchdog of one connection: resolves when an HTTP/2 connection had no open
 /// stream for `idle`. Never for HTTP/1 (hyper's `header_read_timeout` is its idle timeout) nor
-/// before the first bytes ([`FirstRead`]'s deadline covers those).
+/// for a connection that sent nothing ([`FirstRead`]'s deadline, the same one, covers those): an
+/// HTTP/2 client sends its preface at once.
 async fn http2_idle(streams: StreamCount, protocol: Arc<AtomicU8>, idle: Option<Duration>) {
     let Some(idle) = idle else {
         return std::future::pending().await;
@@ -406,8 +407,8 @@ async fn http2_idle(streams: StreamCount, protocol: Arc<AtomicU8>, idle: Option<
         idle_for(&streams, idle).await;
         match Protocol::of(&protocol) {
             Protocol::Http2 => return,
-            Protocol::Http1 => return std::future::pending().await,
-            Protocol::Unknown => {}
+            // HTTP/1, or nothing read within the timeout ([`FirstRead`] closes that one now).
+            Protocol::Http1 | Protocol::Unknown => return std::future::pending().await,
         }
     }
 }
