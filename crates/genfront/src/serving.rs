@@ -403,13 +403,11 @@ async fn http2_idle(streams: StreamCount, protocol: Arc<AtomicU8>, idle: Option<
     let Some(idle) = idle else {
         return std::future::pending().await;
     };
-    loop {
-        idle_for(&streams, idle).await;
-        match Protocol::of(&protocol) {
-            Protocol::Http2 => return,
-            // HTTP/1, or nothing read within the timeout ([`FirstRead`] closes that one now).
-            Protocol::Http1 | Protocol::Unknown => return std::future::pending().await,
-        }
+    idle_for(&streams, idle).await;
+    match Protocol::of(&protocol) {
+        Protocol::Http2 => {}
+        // HTTP/1, or nothing read within the timeout ([`FirstRead`] closes that one now).
+        Protocol::Http1 | Protocol::Unknown => std::future::pending().await,
     }
 }
 
