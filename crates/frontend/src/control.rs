@@ -5,7 +5,7 @@
 //! |---|---|
 //! | each format's control routes (`GenerateFormat::control_routes`: SGLang `/pause_generation`, `/continue_generation`, `/flush_cache`, `/update_weights_from_*`, …; vLLM `/pause`, `/resume`, `/is_paused`, …) | the per-worker report below |
 //! | `GET /workers` | every worker: id, URL, kind, role, state, breaker, weights, weight version, load, facts; and the fleet's current weight version |
-//! | `POST /workers` `{"worker": "sglang=http://…", "role": "agg"\|"prefill"\|"decode", "id": …}` | 201 `{"id", "state": "connecting"}`; the worker connects in the background |
+//! | `POST /workers` `{"worker": "sglang=http://…", "role": "agg"\|"prefill"\|"decode", "id": …}` | 201 `{"id", "state": "connecting"}`; the worker connects in the background; 409 when the id is taken or the same engine is already a worker of that role |
 //! | `DELETE /workers/{id}` | drains it (up to `--worker-drain-timeout`), removes it: 200 `{"id", "removed": true, "in_flight_at_removal": n}` |
 //!
 //! All of them need the admin key when keys are configured (`--admin-api-key`: 401 without a key,
@@ -189,6 +189,12 @@ async fn control_call(
         Err(e) => return handler::error_for(&state, &*format, &e),
     };
     let (query, ids) = split_query(uri.query().unwrap_or(""));
+    if ids.as_ref().is_some_and(Vec::is_empty) {
+        let e = GenerateError::validation(format!(
+            "`{WORKERS_PARAM}` names no worker; leave it out to reach every worker"
+        ));
+        return handler::error_for(&state, &*format, &e);
+    }
     if ids.as_ref().is_some_and(|ids| ids.len() > MAX_SELECTED) {
         let e = GenerateError::validation(format!(
             "`{WORKERS_PARAM}` names more than {MAX_SELECTED} workers"
@@ -301,7 +307,11 @@ async fn list_workers(
         .collect();
     json_response(
         StatusCode::OK,
-        &json!({"current_weight_version": state.router.current_version(), "workers": workers}),
+        &json!({
+            "current_weight_version": state.router.current_version(),
+            "current_weight_versions": state.router.current_versions(),
+            "workers": workers,
+        }),
     )
 }
 
@@ -350,6 +360,29 @@ async fn add_worker(
         Some(Value::String(s)) => Some(s.as_str()),
         Some(_) => return detail(StatusCode::BAD_REQUEST, "`id` must be a string"),
     };
+    // A trainer addresses workers by its own ids: a taken id, or the same engine in the same
+    // role twice (every control call would reach it twice), is a conflict, not a rename.
+    if let Some(id) = id
+        && state.router.worker(id).is_some()
+    {
+        return detail(
+            StatusCode::CONFLICT,
+            &format!("a worker with id `{id}` exists; remove it first (DELETE /workers/{id})"),
+        );
+    }
+    let url = spec.split('#').next().unwrap_or(spec);
+    let url = url.split_once('=').map_or(url, |(_, u)| u);
+    if let Some(w) = state
+        .router
+        .workers()
+        .iter()
+        .find(|w| w.url() == url && w.role() == role)
+    {
+        return detail(
+            StatusCode::CONFLICT,
+            &format!("{url} is already a {} worker: `{}`", role.label(), w.id()),
+        );
+    }
     match state.router.add_by_spec(spec, role, id) {
         Ok(id) => {
             let state_label = state

@@ -411,7 +411,7 @@ pub fn app(state: Arc<AppState>, routes: &[Route]) -> axum::Router {
                                     "no available workers",
                                 );
                             };
-                            let version = st.router.current_version();
+                            let version = st.router.current_version_for(name);
                             let fleet = genfront_format::FleetView {
                                 weight_version: version.as_deref(),
                             };

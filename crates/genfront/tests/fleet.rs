@@ -906,3 +906,96 @@ async fn vllm_weight_transfer_flow_isolates_a_failed_bucket_until_a_full_refit_s
         "restored worker serves again"
     );
 }
+
+/// Edge cases a reviewer found: a pause that times out keeps the worker paused (the engine may
+/// still pause); a mixed fleet's SGLang requests wait for the paused SGLang workers instead of
+/// spilling to vLLM; a taken id or a duplicate engine is a 409; an empty `workers=` is a 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timed_out_pauses_stay_paused_mixed_fleets_do_not_spill_and_duplicates_conflict() {
+    let sg = sglang_oracles(2);
+    let vl = vllm_oracles(1);
+    let argv: Vec<String> = vec![
+        "--worker".into(),
+        format!("sglang={}", sg[0].base_url()),
+        "--worker".into(),
+        format!("sglang={}", sg[1].base_url()),
+        "--worker".into(),
+        format!("vllm={}", vl[0].base_url()),
+        "--control-timeout".into(),
+        "500ms".into(),
+        "--pause-wait".into(),
+        "300ms".into(),
+        "--health-interval".into(),
+        "60s".into(),
+    ];
+    let (url, server, _stop) = common::genfront(&argv).await;
+    assert!(server.wait_all_workers(Duration::from_secs(20)).await);
+
+    // A hung engine: its pause times out, and the worker stays out of rotation.
+    let pid = sg[1].pid().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .expect("kill")
+            .success()
+    );
+    let (status, report, _) = post(
+        &format!("{url}/pause_generation"),
+        &json!({"mode": "abort"}),
+    )
+    .await;
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-CONT", &pid])
+            .status()
+            .expect("kill")
+            .success()
+    );
+    assert_eq!(status, 502, "{report}");
+    assert_eq!(outcomes(&report), ["ok", "timeout"]);
+    let (_, list) = get(&format!("{url}/workers")).await;
+    let states: Vec<&str> = list["workers"]
+        .as_array()
+        .expect("workers")
+        .iter()
+        .filter_map(|w| w["state"].as_str())
+        .collect();
+    assert_eq!(states, ["paused", "paused", "ready"], "{list}");
+
+    // Both SGLang workers paused: SGLang requests wait and get the retryable 503, they do not
+    // run on the vLLM worker.
+    let (status, body, _) = post(&format!("{url}/generate"), &common::sglang_body(2, false)).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["code"], "paused");
+    let vllm_body = json!({"token_ids": [1, 2, 3], "sampling_params": {"max_tokens": 2}});
+    let (status, body, _) = post(&format!("{url}/inference/v1/generate"), &vllm_body).await;
+    assert_eq!(status, 200, "vLLM requests still run: {body}");
+    let (status, _, _) = post(&format!("{url}/continue_generation"), &json!({})).await;
+    assert_eq!(status, 200);
+    let (status, body, _) = post(&format!("{url}/generate"), &common::sglang_body(2, false)).await;
+    assert_eq!(status, 200, "{body}");
+
+    // Conflicts and an empty selection.
+    let ids: Vec<String> = server
+        .state
+        .router
+        .workers()
+        .iter()
+        .map(|w| w.id().to_string())
+        .collect();
+    let (status, body, _) = post(
+        &format!("{url}/workers"),
+        &json!({"worker": format!("sglang={}", sg[0].base_url()), "id": "fresh"}),
+    )
+    .await;
+    assert_eq!(status, 409, "same engine twice: {body}");
+    let (status, body, _) = post(
+        &format!("{url}/workers"),
+        &json!({"worker": "sglang=http://127.0.0.1:9", "id": ids[0]}),
+    )
+    .await;
+    assert_eq!(status, 409, "taken id: {body}");
+    let (status, _, _) = post(&format!("{url}/pause_generation?workers="), &json!({})).await;
+    assert_eq!(status, 400);
+}

@@ -141,9 +141,11 @@ impl std::fmt::Display for ControlError {
             ControlError::NoWorkers { format } => {
                 write!(f, "no {format} worker to send this call to")
             }
-            ControlError::UnknownWorkers(ids) => {
-                write!(f, "unknown worker id(s) for this call: {}", ids.join(", "))
-            }
+            ControlError::UnknownWorkers(ids) => write!(
+                f,
+                "no worker of this route's engine kind with id(s): {}",
+                ids.join(", ")
+            ),
         }
     }
 }
@@ -198,7 +200,8 @@ impl Router {
             && workers.iter().any(|w| w.outcome == Outcome::Ok)
             && let Ok(mut current) = self.current_version.lock()
         {
-            *current = Some(v.clone());
+            current.by_format.insert(call.format.to_owned(), v.clone());
+            current.last = Some(v.clone());
         }
         self.changed.notify_waiters();
         Ok(ControlReport { action, workers })
@@ -262,8 +265,15 @@ impl Router {
         );
         let ok = reply.outcome == Outcome::Ok;
         match &action {
-            ControlAction::Pause { .. } if !ok => {
-                // The engine did not pause: put the worker back as it was.
+            ControlAction::Pause { .. }
+                if matches!(
+                    reply.outcome,
+                    Outcome::Refused | Outcome::Unsupported | Outcome::NotConnected
+                ) =>
+            {
+                // The engine said it did not pause: put the worker back as it was. A pause that
+                // timed out or lost its connection may still take effect on the engine, so the
+                // worker stays paused until a resume.
                 worker.transition(WorkerState::Paused, before);
             }
             ControlAction::Resume if ok => {
@@ -294,25 +304,61 @@ impl Router {
     }
 
     /// The fleet's current weight version: the version named by the last weight update or
-    /// version tag that succeeded on some worker (`None` before any).
+    /// version tag that succeeded on some worker, whatever its format (`None` before any).
     pub fn current_version(&self) -> Option<String> {
         self.current_version
             .lock()
-            .map(|v| v.clone())
-            .unwrap_or_else(|e| e.into_inner().clone())
+            .map(|v| v.last.clone())
+            .unwrap_or_else(|e| e.into_inner().last.clone())
     }
 
-    /// Whether `w` may take traffic under the version rule
-    /// ([`crate::RouterConfig::route_current_version`]): always without the rule or before any
-    /// version is current; else only on the current version.
-    pub(crate) fn on_current_version(&self, w: &Worker) -> bool {
+    /// The current weight version of `format`'s workers: the version named by the last
+    /// successful weight update or version tag spelled in that format (`None` before any).
+    pub fn current_version_for(&self, format: &str) -> Option<String> {
+        let current = self
+            .current_version
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        current.by_format.get(format).cloned()
+    }
+
+    /// Every format's current weight version.
+    pub fn current_versions(&self) -> std::collections::BTreeMap<String, String> {
+        let current = self
+            .current_version
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        current.by_format.clone()
+    }
+
+    /// The version rule ([`crate::RouterConfig::route_current_version`]) over routable
+    /// `workers` for a request of `format`: a worker is kept when its kind (its native format,
+    /// else the request's) has no current version or it is on it; when that would leave none,
+    /// every worker is kept (the rule steers traffic during a refit, it never empties the
+    /// fleet).
+    pub(crate) fn on_current_versions(
+        &self,
+        workers: Vec<Arc<Worker>>,
+        format: &str,
+    ) -> Vec<Arc<Worker>> {
         if !self.config.route_current_version {
-            return true;
+            return workers;
         }
-        match self.current_version() {
-            None => true,
-            Some(v) => w.weight_version().as_deref() == Some(v.as_str()),
+        let current = self.current_versions();
+        if current.is_empty() {
+            return workers;
         }
+        let on: Vec<Arc<Worker>> = workers
+            .iter()
+            .filter(|w| {
+                let kind = w.native_kind().unwrap_or(format);
+                current
+                    .get(kind)
+                    .is_none_or(|v| w.weight_version().as_deref() == Some(v.as_str()))
+            })
+            .cloned()
+            .collect();
+        if on.is_empty() { workers } else { on }
     }
 
     /// Whether requests of `format` cannot be routed *because of a pause*: no worker can take
@@ -352,6 +398,15 @@ impl Router {
             }
         }
     }
+}
+
+/// The fleet's current weight versions (see [`Router::current_version_for`]).
+#[derive(Debug, Default)]
+pub(crate) struct CurrentVersions {
+    /// Per format the call was spelled in.
+    pub(crate) by_format: std::collections::BTreeMap<String, String>,
+    /// The last one set, whatever its format.
+    pub(crate) last: Option<String>,
 }
 
 /// The `weight_version` an engine's read-only answer reports (SGLang `/get_weight_version`

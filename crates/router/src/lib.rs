@@ -355,8 +355,9 @@ pub struct Router {
     stop: CancellationToken,
     /// Told about every worker state change (pause waits).
     changed: Arc<tokio::sync::Notify>,
-    /// The fleet's current weight version (see [`RouterConfig::route_current_version`]).
-    current_version: std::sync::Mutex<Option<String>>,
+    /// The fleet's current weight version per engine format, and the last one set (see
+    /// [`RouterConfig::route_current_version`]).
+    current_version: std::sync::Mutex<control::CurrentVersions>,
     /// Builds workers from spec strings ([`Router::add_by_spec`]).
     factory: std::sync::OnceLock<WorkerFactory>,
 }
@@ -393,7 +394,7 @@ impl Router {
             mixed_ties: std::sync::atomic::AtomicU64::new(0),
             stop: CancellationToken::new(),
             changed: Arc::new(tokio::sync::Notify::new()),
-            current_version: std::sync::Mutex::new(None),
+            current_version: std::sync::Mutex::new(control::CurrentVersions::default()),
             factory: std::sync::OnceLock::new(),
         })
     }
@@ -578,26 +579,31 @@ impl Router {
     }
 
     /// Routable workers of `role` for `format`: those of that native kind when any is routable,
-    /// else every routable worker of the role (any engine can serve any format).
+    /// else every routable worker of the role (any engine can serve any format) — except while
+    /// workers of that native kind are paused (fleet control): then the format's requests wait
+    /// for them rather than run on other engines. With `--route-current-version`, only workers
+    /// on their kind's current weight version, when any such worker is routable.
     fn candidates(&self, role: Role, format: &str, exclude: &[WorkerId]) -> Vec<Arc<Worker>> {
         let now = Instant::now();
         let workers = self.workers.read().unwrap_or_else(|e| e.into_inner());
         let usable: Vec<Arc<Worker>> = workers
             .iter()
-            .filter(|w| {
-                w.role() == role
-                    && !exclude.contains(w.id())
-                    && w.routable(now)
-                    && self.on_current_version(w)
-            })
+            .filter(|w| w.role() == role && !exclude.contains(w.id()) && w.routable(now))
             .cloned()
             .collect();
+        let usable = self.on_current_versions(usable, format);
         let native: Vec<Arc<Worker>> = usable
             .iter()
             .filter(|w| w.native_kind() == Some(format))
             .cloned()
             .collect();
-        if native.is_empty() { usable } else { native }
+        if !native.is_empty() {
+            return native;
+        }
+        let own_paused = workers.iter().any(|w| {
+            w.role() == role && w.native_kind() == Some(format) && w.state() == WorkerState::Paused
+        });
+        if own_paused { Vec::new() } else { usable }
     }
 
     /// Whether a request of `format` can be routed now: a routable aggregated worker, or a
