@@ -207,10 +207,12 @@ pub(crate) fn answer_estimate_too_large(estimate: u64, max: usize) -> GenerateEr
 
 /// A float: the longest shortest-round-trip `f64` (`-2.2250738585072014e-308`), 24 bytes.
 const FLOAT: u64 = 24;
-/// Keys, brackets and separators of one candidate: vLLM's prompt entry
-/// `"<id>":{"logprob":…,"rank":…,"decoded_token":…},` needs 41, its alternative
-/// `{"token_id":…,"logprob":…,"rank":…},` 33, SGLang's triple `[…,…,…],` 5.
-const CANDIDATE_FRAME: u64 = 42;
+/// Keys, brackets and separators of one candidate: vLLM's text-mode alternative
+/// `{"token":…,"token_id":…,"logprob":…,"rank":…,"bytes":[…]},` needs 53 (its text and bytes are
+/// in [`text_bound`]), its prompt entry `"<id>":{"logprob":…,"rank":…,"decoded_token":…},` 41,
+/// its token-mode alternative `{"token_id":…,"logprob":…,"rank":…},` 33, SGLang's triple
+/// `[…,…,…],` 5.
+const CANDIDATE_FRAME: u64 = 53;
 /// Keys, brackets and separators of one position beyond its candidates (vLLM's
 /// `{"token_id":…,"logprob":…,"rank":…,"top_logprobs":[…]}` and SGLang's per-position lists).
 const POSITION_FRAME: u64 = 72;

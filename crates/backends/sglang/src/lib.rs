@@ -298,17 +298,11 @@ fn server_info_incremental(info: &EngineInfo, fleet: &FleetView<'_>) -> NativeRe
 
 /// SGLang reports its weights' version as `weight_version` (`ServerArgs.weight_version`, default
 /// `"default"`, changed by weight updates that name one): genfront states the fleet's version
-/// when fleet control set one.
+/// when fleet control set one, and otherwise leaves the document as the worker sent it.
 fn with_weight_version(mut doc: serde_json::Value, fleet: &FleetView<'_>) -> serde_json::Value {
     if let serde_json::Value::Object(m) = &mut doc {
-        match fleet.weight_version {
-            Some(v) => {
-                m.insert("weight_version".to_owned(), serde_json::Value::from(v));
-            }
-            None => {
-                m.entry("weight_version")
-                    .or_insert_with(|| serde_json::Value::from("default"));
-            }
+        if let Some(v) = fleet.weight_version {
+            m.insert("weight_version".to_owned(), serde_json::Value::from(v));
         }
     }
     doc
