@@ -300,10 +300,10 @@ fn server_info_incremental(info: &EngineInfo, fleet: &FleetView<'_>) -> NativeRe
 /// `"default"`, changed by weight updates that name one): genfront states the fleet's version
 /// when fleet control set one, and otherwise leaves the document as the worker sent it.
 fn with_weight_version(mut doc: serde_json::Value, fleet: &FleetView<'_>) -> serde_json::Value {
-    if let serde_json::Value::Object(m) = &mut doc {
-        if let Some(v) = fleet.weight_version {
-            m.insert("weight_version".to_owned(), serde_json::Value::from(v));
-        }
+    if let serde_json::Value::Object(m) = &mut doc
+        && let Some(v) = fleet.weight_version
+    {
+        m.insert("weight_version".to_owned(), serde_json::Value::from(v));
     }
     doc
 }
