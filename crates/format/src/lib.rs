@@ -18,6 +18,7 @@ mod error;
 mod framing;
 pub mod pd;
 pub mod pyrepr;
+pub mod query;
 
 use bytes::Bytes;
 pub use catalog::{

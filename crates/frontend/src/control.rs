@@ -38,6 +38,7 @@ use axum::extract::Path;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, on};
 use bytes::Bytes;
+use genfront_format::query::percent_decode;
 use genfront_format::{ControlMethods, ControlRoute, GenerateError, GenerateFormat, Route};
 use genfront_protocol::ControlCall;
 use genfront_router::control::{ControlError, ControlReport};
@@ -136,31 +137,6 @@ fn split_query(query: &str) -> (String, Option<Vec<String>>) {
         }
     }
     (rest.join("&"), ids)
-}
-
-/// `%XX` decoding of one query value (`+` is a space), lossy on bad escapes.
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                let hex = |b: u8| char::from(b).to_digit(16);
-                match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                    (Some(h), Some(l)) => {
-                        out.push(u8::try_from(h * 16 + l).unwrap_or(b'?'));
-                        i += 2;
-                    }
-                    _ => out.push(b'%'),
-                }
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn json_response(status: StatusCode, body: &Value) -> Response {

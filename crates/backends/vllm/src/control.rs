@@ -81,6 +81,7 @@
 use std::fmt::Write as _;
 
 use bytes::Bytes;
+use genfront_format::query::query_value;
 use genfront_format::{ControlMethods, ControlRoute, NativeResponse};
 use genfront_protocol::{ControlAction, PauseMode};
 use http::StatusCode;
@@ -654,47 +655,6 @@ fn replace_file_paths(s: &str) -> String {
         i += c.len_utf8();
     }
     out
-}
-
-// === query strings ===
-
-/// The last value of `key` in a query string (Starlette's `query_params[key]`), `+`- and
-/// percent-decoded; `None` when the key is absent.
-fn query_value(query: &str, key: &str) -> Option<String> {
-    query
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .filter_map(|pair| {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            (percent_decode(k) == key).then(|| percent_decode(v))
-        })
-        .next_back()
-}
-
-/// `application/x-www-form-urlencoded` decoding (`+` is a space, `%XX` a byte; invalid escapes
-/// stay as they are, invalid UTF-8 becomes U+FFFD).
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => {
-                let hex = |c: u8| (c as char).to_digit(16);
-                match (hex(b[i + 1]), hex(b[i + 2])) {
-                    (Some(h), Some(l)) => {
-                        out.push((h * 16 + l) as u8);
-                        i += 2;
-                    }
-                    _ => out.push(b'%'),
-                }
-            }
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]

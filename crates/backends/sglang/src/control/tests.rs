@@ -189,7 +189,7 @@ fn query_and_value_helpers() {
     assert_eq!(query_value("a=1&b=%2Fx+y", "b").as_deref(), Some("/x y"));
     assert_eq!(query_value("a", "a").as_deref(), Some(""));
     assert_eq!(query_value("a=1", "b"), None);
-    assert_eq!(percent_decode("%zz%4"), "%zz%4");
+    assert_eq!(genfront_format::query::percent_decode("%zz%4"), "%zz%4");
     assert_eq!(py_float(" 1_000 "), Some(1000.0));
     assert_eq!(py_float("1__0"), None);
     assert_eq!(py_float("-inf"), Some(f64::NEG_INFINITY));
