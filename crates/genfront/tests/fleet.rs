@@ -38,10 +38,21 @@ async fn front(
     oracles: &[Oracle],
     extra: &[&str],
 ) -> (String, genfront::Server, CancellationToken) {
+    let urls: Vec<String> = oracles.iter().map(Oracle::base_url).collect();
+    front_at(kind, &urls, extra).await
+}
+
+/// genfront over the engines at `urls` (all of `kind`), round robin, with `extra` flags; waits
+/// until every worker is connected.
+async fn front_at(
+    kind: &str,
+    urls: &[String],
+    extra: &[&str],
+) -> (String, genfront::Server, CancellationToken) {
     let mut argv: Vec<String> = Vec::new();
-    for o in oracles {
+    for u in urls {
         argv.push("--worker".to_owned());
-        argv.push(format!("{kind}={}", o.base_url()));
+        argv.push(format!("{kind}={u}"));
     }
     argv.extend(["--policy", "round_robin", "--health-interval", "200ms"].map(str::to_owned));
     argv.extend(extra.iter().map(|s| (*s).to_owned()));
@@ -51,6 +62,19 @@ async fn front(
         "workers did not connect"
     );
     (url, server, shutdown)
+}
+
+/// Three zero-delay native mock servers of `api` (`genfront mocker`'s faces, in process).
+async fn mock_servers(
+    api: genfront_mockserver::Api,
+) -> Vec<genfront_mockserver::SpawnedMockServer> {
+    let mut mocks = Vec::new();
+    for _ in 0..3 {
+        let mut a = genfront_mockserver::MockServerArgs::new(api);
+        a.zero_delay = true;
+        mocks.push(genfront_mockserver::spawn(&a).await.expect("mock server"));
+    }
+    mocks
 }
 
 async fn post(url: &str, body: &Value) -> (u16, Value, reqwest::header::HeaderMap) {
@@ -668,21 +692,9 @@ async fn embedded_mocks_pause_abort_streams_and_pd_workers_are_all_reached() {
 /// failing on one isolates it, the next good update restores it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_mock_servers_record_the_fanned_out_calls_and_isolate_a_failed_update() {
-    use genfront_mockserver::{Api, MockServerArgs, spawn};
-    let mut mocks = Vec::new();
-    for _ in 0..3 {
-        let mut a = MockServerArgs::new(Api::Sglang);
-        a.zero_delay = true;
-        mocks.push(spawn(&a).await.expect("mock server"));
-    }
-    let mut argv: Vec<String> = Vec::new();
-    for m in &mocks {
-        argv.push("--worker".to_owned());
-        argv.push(format!("sglang={}", m.base_url()));
-    }
-    argv.extend(["--policy", "round_robin"].map(str::to_owned));
-    let (url, server, _stop) = common::genfront(&argv).await;
-    assert!(server.wait_all_workers(Duration::from_secs(10)).await);
+    let mocks = mock_servers(genfront_mockserver::Api::Sglang).await;
+    let urls: Vec<String> = mocks.iter().map(|m| m.base_url()).collect();
+    let (url, _server, _stop) = front_at("sglang", &urls, &[]).await;
 
     let (status, _, _) = post(
         &mocks[2].url("/_mock/config"),
@@ -739,21 +751,9 @@ async fn three_mock_servers_record_the_fanned_out_calls_and_isolate_a_failed_upd
 /// malformed bucket is vLLM's own 400 before any fan-out; a later full flow restores the worker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vllm_weight_transfer_flow_isolates_a_failed_bucket_until_a_full_refit_succeeds() {
-    use genfront_mockserver::{Api, MockServerArgs, spawn};
-    let mut mocks = Vec::new();
-    for _ in 0..3 {
-        let mut a = MockServerArgs::new(Api::Vllm);
-        a.zero_delay = true;
-        mocks.push(spawn(&a).await.expect("mock server"));
-    }
-    let mut argv: Vec<String> = Vec::new();
-    for m in &mocks {
-        argv.push("--worker".to_owned());
-        argv.push(format!("vllm={}", m.base_url()));
-    }
-    argv.extend(["--policy", "round_robin"].map(str::to_owned));
-    let (url, server, _stop) = common::genfront(&argv).await;
-    assert!(server.wait_all_workers(Duration::from_secs(10)).await);
+    let mocks = mock_servers(genfront_mockserver::Api::Vllm).await;
+    let urls: Vec<String> = mocks.iter().map(|m| m.base_url()).collect();
+    let (url, _server, _stop) = front_at("vllm", &urls, &[]).await;
     let failing = mocks[2].base_url().to_string();
     let outcome_of = |report: &Value, base: &str| -> Value {
         report["workers"]
