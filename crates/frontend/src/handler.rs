@@ -3,6 +3,12 @@
 //! Phases (see `docs/request-lifecycle.md`): receive (header checks → body within its size and
 //! time limits → concurrency permit) → parse/validate (format) → mint ids → dispatch (router) →
 //! assemble (format) → respond (unary body or SSE) → record.
+//!
+//! Relay: a format may mark a request [`genfront_protocol::OutputOptions::relay`]; an engine
+//! client of that native format then answers with the engine's own bytes
+//! ([`EngineOutput::native`], typed fields from a cheap scan), which the handler budgets, tracks
+//! and hands to the format's assembler like any output — the assembler sends them with only the
+//! ids edited. Nothing here depends on which path a request took.
 
 use std::sync::Arc;
 
@@ -540,7 +546,8 @@ async fn dispatch(
 
     // Unary: dropping this future (client gone) drops the engine streams, which aborts them, and
     // the guard, which counts the disconnect.
-    let resp = match unary(outputs, assembler, budget, &mut guard).await {
+    let id_len = client_id.as_deref().map_or(0, str::len);
+    let resp = match unary(outputs, assembler, budget, id_len, &mut guard).await {
         Ok(r) => {
             let resp = native(r);
             guard.tracker.complete(resp.status().as_u16(), "");
@@ -568,6 +575,18 @@ const OFFLOAD_OUTPUT_WEIGHT: u64 = 16 * 1024;
 /// See [`OFFLOAD_OUTPUT_WEIGHT`]: the estimated answer size from which finishing runs on the
 /// blocking pool.
 const OFFLOAD_ANSWER_BYTES: u64 = 1024 * 1024;
+
+/// An upper bound on the bytes `out` adds to a unary answer: [`crate::caps::output_bound`] of
+/// its typed fields, plus, for a relayed native answer ([`EngineOutput::native`]), its bytes and
+/// room for each engine id to become the client's id (`id_len` bytes, escaped at worst to six
+/// bytes a byte, plus quotes).
+fn answer_bound(out: &EngineOutput, id_len: usize) -> u64 {
+    let native = out.native.as_ref().map_or(0, |n| {
+        let per_id = 6 * id_len as u64 + 2 + 64;
+        n.body.len() as u64 + n.ids.len() as u64 * per_id
+    });
+    crate::caps::output_bound(out).saturating_add(native)
+}
 
 /// Why a unary answer failed.
 enum UnaryError {
@@ -629,7 +648,8 @@ async fn blocking<T: Send + 'static>(
 /// the real size) trips before an output that would pass the cap is folded, so an answer over
 /// the cap is never built. The finished body is the only other copy, made once by
 /// `finish_unary` while the assembler's state is still alive (so a peak of about twice the
-/// answer), then the assembler is dropped.
+/// answer), then the assembler is dropped. A relayed answer ([`EngineOutput::native`], see
+/// `docs/request-lifecycle.md`) is held as the engine's bytes and copied once, ids edited.
 ///
 /// Time: outputs of weight ≥ [`OFFLOAD_OUTPUT_WEIGHT`] are bounded and folded on the blocking
 /// pool, and answers estimated at ≥ [`OFFLOAD_ANSWER_BYTES`] are finished and freed there, so
@@ -638,6 +658,7 @@ async fn unary(
     mut outputs: stream::SelectAll<BoxStream<'static, Tagged>>,
     mut assembler: Box<dyn genfront_format::Assembler>,
     mut budget: crate::caps::AnswerBudget,
+    id_len: usize,
     guard: &mut RequestGuard,
 ) -> Result<NativeResponse, UnaryError> {
     let mut sink = Vec::new();
@@ -653,7 +674,7 @@ async fn unary(
         let folded = if crate::caps::output_weight(&out) >= OFFLOAD_OUTPUT_WEIGHT {
             let mut b = budget;
             let r = blocking(move || {
-                let r = match b.add(crate::caps::output_bound(&out)) {
+                let r = match b.add(answer_bound(&out, id_len)) {
                     Ok(()) => assembler
                         .on_output(sub, out, &mut Vec::new())
                         .map_err(UnaryError::Other),
@@ -672,7 +693,7 @@ async fn unary(
                 Err(e) => return Err(UnaryError::Other(e)),
             }
         } else {
-            match budget.add(crate::caps::output_bound(&out)) {
+            match budget.add(answer_bound(&out, id_len)) {
                 Ok(()) => assembler
                     .on_output(sub, out, &mut sink)
                     .map_err(UnaryError::Other),

@@ -1,5 +1,7 @@
 //! Criterion micro-benchmarks of the per-request and per-token hot paths of both formats:
-//! parse + validate + project, SSE frame assembly per token, and unary assembly with logprobs.
+//! parse + validate + project, SSE frame assembly per token, unary assembly with logprobs, and
+//! an SGLang unary answer on the typed path (decode → deltas → re-render) against the relay path
+//! (scan → the engine's bytes with the rid edited).
 //!
 //! Run with `cargo bench -p genfront --bench hot_paths`. Numbers are per iteration; compare runs
 //! side by side on the same machine rather than reading absolute times.
@@ -207,5 +209,66 @@ fn bench_assembly(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_prepare, bench_assembly);
+/// SGLang's unary answer to a request of `TOKENS` new tokens (as the engine writes it: the
+/// typed assembler's rendering, `meta_info.id` the dispatch id `rid`).
+fn sglang_answer(logprobs: bool, rid: &str) -> Vec<u8> {
+    let mut body: serde_json::Value = serde_json::from_slice(&sglang_body(false, logprobs))
+        .unwrap_or_else(|e| panic!("bench body: {e}"));
+    body["rid"] = json!(rid);
+    let p = prepare(&*sglang(false), body.to_string().as_bytes());
+    let mut asm = p.assembler;
+    for o in outputs(logprobs) {
+        asm.on_output(0, o, &mut Vec::new())
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    asm.finish_unary()
+        .map(|r| r.body.to_vec())
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// One SGLang unary answer from the engine's bytes to the client's body: `relay` scans it and
+/// relays the bytes (rid edited); otherwise it is decoded into a delta and re-rendered.
+fn answer_path(prepared: Prepared, answer: &[u8], rid: &str, relay: bool) -> usize {
+    use genfront_sglang::client::{DecodeConfig, FrameDecoder, Relay};
+    let req = &prepared.subs[0].request;
+    let mut dec = FrameDecoder::new(DecodeConfig::for_request(req, 0, false, &[2], None));
+    let out = if relay {
+        match dec.relay(answer.to_vec(), rid) {
+            Relay::Output(o) => *o,
+            other => panic!("not relayed: {other:?}"),
+        }
+    } else {
+        dec.decode(answer).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let mut asm = prepared.assembler;
+    asm.on_output(0, out, &mut Vec::new())
+        .unwrap_or_else(|e| panic!("{e}"));
+    asm.finish_unary()
+        .map(|r| r.body.len())
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn bench_relay(c: &mut Criterion) {
+    let mut g = c.benchmark_group("sglang_unary_answer_256_tokens");
+    g.throughput(Throughput::Elements(1));
+    let rid = "0123456789abcdef0123456789abcdef";
+    let format = sglang(false);
+    for logprobs in [false, true] {
+        let answer = sglang_answer(logprobs, rid);
+        let body = sglang_body(false, logprobs);
+        let lp = if logprobs { "_logprobs5" } else { "" };
+        for (path, relay) in [("typed", false), ("relay", true)] {
+            g.bench_function(format!("{path}{lp}"), |b| {
+                b.iter_batched(
+                    || prepare(&*format, &body),
+                    |p| black_box(answer_path(p, &answer, rid, relay)),
+                    BatchSize::SmallInput,
+                )
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench_prepare, bench_assembly, bench_relay);
 criterion_main!(benches);

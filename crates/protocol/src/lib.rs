@@ -5,6 +5,10 @@
 //! typed [`EngineError`]. Because this shape is engine-neutral, any format can be served by any engine
 //! that can honour the request's options.
 //!
+//! When the client's format is the engine's own, a format may ask for **relay**
+//! ([`OutputOptions::relay`]) and an engine client of that format may answer with the engine's
+//! native bytes ([`EngineOutput::native`], a [`NativeAnswer`]) instead of decoded deltas.
+//!
 //! Start reading at [`EngineRequest`] and [`Engine::generate`].
 
 mod control;
@@ -18,8 +22,8 @@ pub use control::{ControlAction, ControlCall, ControlFuture, ControlReply, Pause
 pub use engine::{Engine, EngineInfo, OutputStream, ProbeFuture, UNKNOWN_CONTEXT_LEN};
 pub use error::{EngineError, ErrorKind, Fault};
 pub use output::{
-    Candidate, EngineOutput, FinishReason, PromptLogprobs, RoutedExperts, StopMatch, TokenLogprob,
-    Usage,
+    Candidate, EngineOutput, FinishReason, NativeAnswer, PromptLogprobs, RoutedExperts, StopMatch,
+    TokenLogprob, Usage,
 };
 pub use pd::{Bootstrap, Handoff, PdLeg, PdMerge, PdRole};
 pub use request::{

@@ -40,6 +40,48 @@ pub struct EngineOutput {
     /// The engine's native frame, opaque, for formats that pass native fields through.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine_data: Option<serde_json::Value>,
+    /// The engine's native answer bytes, relayed (see [`crate::OutputOptions::relay`]): set only
+    /// by an engine client of the request's own native format when the request asked for relay.
+    /// The item is then the choice's only one: `token_ids`, `finish_reason` and `usage` come
+    /// from a cheap scan of the answer (for metrics, traces and abort bookkeeping; a `Cancelled`
+    /// finish may carry the tokens here), the other typed fields are empty, and the format
+    /// sends `native` with its ids replaced, nothing else changed. Not serialized.
+    #[serde(skip)]
+    pub native: Option<NativeAnswer>,
+}
+
+/// An engine's native answer, as bytes, with where the engine's own request ids sit in it
+/// (see [`EngineOutput::native`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NativeAnswer {
+    /// The answer exactly as the engine sent it (SGLang: the JSON object of `POST /generate`
+    /// with `"stream": false`).
+    pub body: bytes::Bytes,
+    /// Byte ranges of `body` holding the engine-side request id (the private dispatch id), each
+    /// a whole JSON string literal, quotes included, in ascending order without overlap. A
+    /// relaying format replaces each with the client-visible id as a JSON string.
+    pub ids: Vec<std::ops::Range<usize>>,
+}
+
+impl NativeAnswer {
+    /// `body` with every id range replaced by `replacement` (the bytes of a JSON string
+    /// literal). Ranges out of order or past the end are skipped, so a broken list yields the
+    /// body with fewer edits, never a panic.
+    pub fn with_ids(&self, replacement: &[u8]) -> Vec<u8> {
+        let body = &self.body[..];
+        let mut out = Vec::with_capacity(body.len() + self.ids.len() * replacement.len());
+        let mut at = 0;
+        for r in &self.ids {
+            if r.start < at || r.end < r.start || r.end > body.len() {
+                continue;
+            }
+            out.extend_from_slice(&body[at..r.start]);
+            out.extend_from_slice(replacement);
+            at = r.end;
+        }
+        out.extend_from_slice(&body[at..]);
+        out
+    }
 }
 
 /// Logprob information for one token position.
@@ -193,4 +235,30 @@ pub enum StopMatch {
     TokenId(u32),
     /// A stop string.
     Text(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NativeAnswer;
+
+    #[test]
+    fn with_ids_replaces_each_range_and_skips_broken_ones() {
+        let answer = NativeAnswer {
+            body: bytes::Bytes::from_static(br#"{"id":"abc","x":1,"y":"abc"}"#),
+            ids: vec![6..11, 22..27],
+        };
+        assert_eq!(
+            answer.with_ids(br#""client""#),
+            br#"{"id":"client","x":1,"y":"client"}"#
+        );
+        let broken = NativeAnswer {
+            body: answer.body.clone(),
+            ids: vec![22..27, 6..11, 20..99],
+        };
+        assert_eq!(
+            broken.with_ids(b"\"c\""),
+            br#"{"id":"abc","x":1,"y":"c"}"#,
+            "out of order and out of range skipped"
+        );
+    }
 }

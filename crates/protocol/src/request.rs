@@ -193,6 +193,16 @@ pub struct OutputOptions {
     /// when this is false (the answer is delivered whole anyway); set by the format's projection.
     #[serde(default)]
     pub stream: bool,
+    /// The client's format can answer with the engine's own native answer, only its ids edited
+    /// (**relay**): set by the format's projection when its client speaks the engine's native
+    /// API and the answer needs nothing genfront renders itself (SGLang: a unary, single-item,
+    /// `n = 1` request without genfront-rendered keys). An engine client of that native format
+    /// may then deliver the answer as [`crate::EngineOutput::native`] (with the typed fields
+    /// filled only from a cheap scan) instead of fully decoded deltas; any other engine ignores
+    /// the flag, and the format's assembler takes typed deltas as always. Never sent over the
+    /// sidecar wire (a sidecar's engine answers typed).
+    #[serde(default)]
+    pub relay: bool,
 }
 
 /// Which prompt positions get logprobs.

@@ -286,6 +286,7 @@ pub fn decode_request(request: pb::GenerateRequest) -> Result<EngineRequest, Wir
             routed_experts_start: output.routed_experts_start,
             sampling_mask: output.sampling_mask,
             stream: output.stream,
+            relay: false,
         },
         routing: RoutingHints {
             dp_rank: routing.dp_rank,
@@ -352,6 +353,7 @@ pub fn encode_output(output: EngineOutput) -> Result<pb::Output, WireError> {
         usage,
         handoff,
         engine_data,
+        native: _,
     } = output;
     Ok(pb::Output {
         index,
@@ -438,6 +440,8 @@ pub fn decode_output(output: pb::Output) -> Result<EngineOutput, WireError> {
         engine_data: engine_data
             .map(|b| decode_json(&b, "engine_data"))
             .transpose()?,
+        // Relay never crosses the wire (the sidecar's engine answers typed).
+        native: None,
     })
 }
 

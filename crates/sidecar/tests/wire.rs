@@ -128,6 +128,7 @@ prop_compose! {
             }),
             handoff,
             engine_data,
+            native: None,
         }
     }
 }
@@ -204,6 +205,7 @@ prop_compose! {
                 routed_experts_start: output.4,
                 sampling_mask: output.5,
                 stream: output.5 ^ output.3,
+                relay: false,
             },
             routing: RoutingHints {
                 dp_rank: routing.0,

@@ -28,6 +28,16 @@
 //! `routed_experts` string (base64, shape unknown to genfront) is re-emitted as is when the request
 //! asked for routed experts and no typed [`RoutedExperts`](genfront_protocol::RoutedExperts) rows
 //! arrived: typed rows win, the native string is the fallback.
+//!
+//! **Relay** (issue 15): a request the format marked
+//! [`OutputOptions::relay`](genfront_protocol::OutputOptions::relay) (unary, one item, `n = 1`,
+//! nothing genfront renders itself) may be answered by the SGLang engine client with the
+//! engine's own answer bytes ([`EngineOutput::native`]). The assembler then sends those bytes
+//! with one edit, `meta_info.id` (the private dispatch id) replaced by the client-visible rid,
+//! and renders nothing: every other byte — key order, float spelling, `e2e_latency`, text,
+//! routed experts, unknown keys — is the engine's. Outputs without native bytes (another engine
+//! kind, the mocker, a P/D pair, a finish the client made itself after a cancel) take the typed
+//! path above, for the same request.
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -69,6 +79,15 @@ pub(crate) struct SubConfig {
     pub routed_experts_start: u32,
     /// `return_prompt_token_ids`.
     pub return_prompt_token_ids: bool,
+}
+
+impl SubConfig {
+    /// Whether the engine's own answer can be relayed for this sub (see the module docs): it asks
+    /// for nothing genfront renders itself (`return_prompt_token_ids`, the flat prompt
+    /// top-logprob forms).
+    pub(crate) fn relayable(&self) -> bool {
+        !self.return_prompt_token_ids && self.flat_top == FlatTop::Nested
+    }
 }
 
 /// How the answer is delivered.
@@ -139,6 +158,8 @@ struct Sub {
     /// no `text` key.
     text: Option<String>,
     sent_first: bool,
+    /// The engine's native answer, relayed as it is but for its ids (see the module docs).
+    relayed: Option<genfront_protocol::NativeAnswer>,
 }
 
 /// Keys of `meta_info` genfront computes itself; the engine's native frame cannot override them.
@@ -351,6 +372,47 @@ impl SglangAssembler {
         buf.push(b'}');
     }
 
+    /// Take sub `i`'s relayed native answer (its one output): keep the bytes for
+    /// [`Assembler::finish_unary`] and the scanned finish and usage for the completeness checks.
+    ///
+    /// # Errors
+    /// A contract error for a relayed answer in a streamed response, for a sub that already
+    /// received typed tokens or finished, or for an unknown sub.
+    fn relay(
+        &mut self,
+        i: usize,
+        output: EngineOutput,
+        native: genfront_protocol::NativeAnswer,
+    ) -> Result<(), GenerateError> {
+        if self.mode != Mode::Unary || self.batch {
+            return Err(contract(
+                "engine relayed a native answer for a request that is not a single unary one",
+            ));
+        }
+        let Some(s) = self.subs.get_mut(i) else {
+            return Err(GenerateError::Internal(format!(
+                "engine output for unknown sub-request {i}"
+            )));
+        };
+        if s.finish.is_some() || s.output_ids.count > 0 {
+            return Err(contract(format!(
+                "engine relayed a native answer for sub-request {i} after other outputs"
+            )));
+        }
+        let Some(finish) = output.finish_reason else {
+            return Err(contract(
+                "engine relayed a native answer without a finish reason",
+            ));
+        };
+        if let FinishReason::Error { message } = &finish {
+            return Err(contract(message.clone()));
+        }
+        s.usage = output.usage;
+        s.finish = Some(finish);
+        s.relayed = Some(native);
+        Ok(())
+    }
+
     /// Fold one delta into sub `i`'s state; returns where the delta starts in the output buffers.
     fn absorb(&mut self, i: usize, mut output: EngineOutput) -> Result<Marks, GenerateError> {
         let started = self.started;
@@ -547,6 +609,10 @@ impl Assembler for SglangAssembler {
         output: EngineOutput,
         events: &mut Vec<Bytes>,
     ) -> Result<(), GenerateError> {
+        let mut output = output;
+        if let Some(native) = output.native.take() {
+            return self.relay(sub, output, native);
+        }
         let marks = self.absorb(sub, output)?;
         if let Some(Some(FinishReason::Error { message })) = self.subs.get(sub).map(|s| &s.finish) {
             return Err(contract(message.clone()));
@@ -575,6 +641,17 @@ impl Assembler for SglangAssembler {
 
     fn finish_unary(self: Box<Self>) -> Result<NativeResponse, GenerateError> {
         self.check_complete()?;
+        if !self.batch
+            && let Some(s) = self.subs.first()
+            && let Some(native) = &s.relayed
+        {
+            let mut id = Vec::with_capacity(s.cfg.rid.len() + 2);
+            render::json(&mut id, s.cfg.rid.as_str());
+            return Ok(NativeResponse::json(
+                StatusCode::OK,
+                Bytes::from(native.with_ids(&id)),
+            ));
+        }
         let ts = unix_now();
         let mut buf = Vec::with_capacity(self.last_len.max(256));
         if self.batch {

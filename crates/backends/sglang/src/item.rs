@@ -461,6 +461,8 @@ impl Item {
                 sampling_mask: s.return_sampling_mask,
                 // Set from the request's `stream` by the frontend (one flag for every item).
                 stream: false,
+                // Decided for the whole request by the format's `prepare`.
+                relay: false,
             },
             routing: s.routing,
             // The SGLang P/D bootstrap fields are router-owned (a client setting one got a

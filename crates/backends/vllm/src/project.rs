@@ -199,6 +199,7 @@ pub(crate) fn project(
             routed_experts_start: clamp_u32(s.routed_experts_prompt_start),
             sampling_mask: engine.sampling_mask,
             stream: r.stream,
+            relay: false,
         },
         routing: RoutingHints {
             dp_rank: dp_rank(headers),

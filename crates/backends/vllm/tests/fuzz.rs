@@ -1882,6 +1882,7 @@ fn typed_request(g: &mut G) -> EngineRequest {
             routed_experts_start: 0,
             sampling_mask: g.chance(0.3),
             stream: g.chance(0.5),
+            relay: false,
         },
         native: NativeBody {
             format: "sglang".to_owned(),

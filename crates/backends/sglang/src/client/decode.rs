@@ -333,6 +333,7 @@ impl FrameDecoder {
             usage: Some(usage),
             handoff: None,
             engine_data: Some(Value::Object(frame)),
+            native: None,
         })
     }
 
@@ -883,6 +884,9 @@ fn strip_typed(frame: &mut Map<String, Value>) {
 }
 
 mod parse;
+mod relay;
+
+pub use relay::Relay;
 
 #[cfg(test)]
 mod tests;

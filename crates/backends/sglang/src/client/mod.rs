@@ -5,6 +5,12 @@
 //!   `/server_info`; `GET /get_model_info`, falling back to `/model_info`).
 //! - [`Engine::generate`] sends `POST /generate` (SSE) per choice and decodes the stream frame by
 //!   frame ([`SseSplitter`] → [`FrameDecoder`]) into [`EngineOutput`] deltas.
+//! - **Relay** ([`genfront_protocol::OutputOptions::relay`], set by the SGLang format for a
+//!   unary, single-item, `n = 1` request): the unary answer of an SGLang body that is neither
+//!   split nor a P/D leg is only scanned ([`FrameDecoder::relay`]: output ids, finish, usage,
+//!   where `meta_info.id` is) and delivered whole as [`EngineOutput::native`], so the format
+//!   relays SGLang's bytes with the rid edited instead of re-rendering them. An answer the scan
+//!   does not take goes through the typed decoder as before.
 //! - Cancellation: firing the token, or dropping the stream before its terminal frame, sends
 //!   `POST /abort_request {"rid": <dispatch id>, "abort_all": false}` (see `stream.rs`).
 //! - [`Engine::probe`] is one `GET /health`; there is no background health loop (routers probe
@@ -35,7 +41,7 @@ use genfront_protocol::{
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
-pub use decode::{DecodeConfig, FrameDecoder};
+pub use decode::{DecodeConfig, FrameDecoder, Relay};
 pub use genfront_engine_http::{EventTooLarge, MAX_EVENT_BYTES, SseSplitter};
 pub use stream::CLOSED_EARLY;
 

@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Inner;
 use super::body::{self, Caps, Dispatch};
-use super::decode::{DecodeConfig, FrameDecoder};
+use super::decode::{DecodeConfig, FrameDecoder, Relay};
 
 /// SGLang's message for a stream that ended before its terminal frame (the Dynamo sidecar's
 /// wording, `spec/sglang-native.md` §9.4): `StreamIncomplete` for a body closed, or a `[DONE]`,
@@ -102,9 +102,13 @@ pub(crate) fn generate(
         abort: genfront_engine_http::AbortGuard::new(call),
         open: AtomicUsize::new(dispatches.len()),
     });
+    let n_dispatch = dispatches.len();
     let mut choices: Vec<BoxStream<'static, Item>> = dispatches
         .into_iter()
         .map(|d| {
+            // Relay: the request asks for it and this is SGLang's unary answer to the whole
+            // request (one dispatch, no P/D leg), never a split sample.
+            let relay = request.output.relay && d.unary && n_dispatch == 1 && request.pd.is_none();
             // A unary answer is one cumulative frame.
             let cfg = DecodeConfig::for_request(
                 &request,
@@ -119,6 +123,7 @@ pub(crate) fn generate(
                 cancel.clone(),
                 d,
                 cfg,
+                relay,
             )
             .into_stream()
         })
@@ -222,6 +227,8 @@ struct Choice {
     splitter: SseSplitter,
     /// `Some(body so far)` when SGLang answers unary (see [`Dispatch::unary`]).
     unary: Option<Vec<u8>>,
+    /// The dispatch rid, when the unary answer is relayed (scanned, not decoded).
+    relay: Option<String>,
     phase: Phase,
     pending: VecDeque<Item>,
     /// Started when `cancel` was seen after sending.
@@ -235,9 +242,11 @@ impl Choice {
         cancel: CancellationToken,
         dispatch: Dispatch,
         cfg: DecodeConfig,
+        relay: bool,
     ) -> Self {
         let grace = CancelGrace::new(inner.opts.cancel_grace);
         Self {
+            relay: relay.then(|| dispatch.rid.clone()),
             inner,
             guard,
             cancel,
@@ -371,6 +380,23 @@ impl Choice {
                 }
                 Wake::Chunk(None) if self.unary.is_some() => {
                     let body = self.unary.take().unwrap_or_default();
+                    let body = match self.relay.as_deref() {
+                        Some(rid) => match self.decoder.relay(body, rid) {
+                            Relay::Output(out) => {
+                                self.guard.choice_done();
+                                self.pending.push_back(Ok(*out));
+                                self.phase = Phase::Done;
+                                continue;
+                            }
+                            Relay::Failed(e) => {
+                                self.guard.fire();
+                                self.fail(e);
+                                continue;
+                            }
+                            Relay::Typed(body) => body,
+                        },
+                        None => body,
+                    };
                     self.on_event(&body);
                     if matches!(self.phase, Phase::Reading(_) | Phase::Draining(..)) {
                         if self

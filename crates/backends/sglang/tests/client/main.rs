@@ -5,4 +5,5 @@
 
 mod engine;
 mod fake;
+mod relay;
 mod roundtrip;

@@ -272,6 +272,7 @@ fn outputs(c: &Case, req: &EngineRequest, rng: &mut Rng) -> Vec<EngineOutput> {
                 }),
                 handoff: None,
                 engine_data: None,
+                native: None,
             }
         })
         .collect()

@@ -211,6 +211,7 @@ pub fn synth(req: &EngineRequest, script: &Script) -> Vec<EngineOutput> {
             }),
             handoff: None,
             engine_data: None,
+            native: None,
         });
     }
     outs
