@@ -8,3 +8,63 @@
 pub(crate) use genfront_format::pyrepr::{
     PyNum, float_repr, int_list_repr, str_list_repr, str_repr,
 };
+
+use serde_json::Value;
+
+/// Python `repr()` of the object `orjson.loads` builds from `value` (dict keys in body order,
+/// `None`/`True`/`False`, ints as ints, floats as [`float_repr`]), cut once it passes `budget`
+/// bytes (the cut text ends with `...`), so a huge value costs at most `budget` bytes.
+pub(crate) fn value_repr(value: &Value, budget: usize) -> String {
+    let mut out = String::new();
+    write_repr(value, &mut out, budget);
+    if out.len() > budget {
+        let mut cut = budget;
+        while !out.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out.truncate(cut);
+        out.push_str("...");
+    }
+    out
+}
+
+fn write_repr(value: &Value, out: &mut String, budget: usize) {
+    if out.len() > budget {
+        return;
+    }
+    match value {
+        Value::Null => out.push_str("None"),
+        Value::Bool(true) => out.push_str("True"),
+        Value::Bool(false) => out.push_str("False"),
+        Value::Number(n) => out.push_str(&PyNum(n).to_string()),
+        Value::String(s) => out.push_str(&str_repr(s)),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_repr(item, out, budget);
+                if out.len() > budget {
+                    return;
+                }
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            out.push('{');
+            for (i, (k, v)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                out.push_str(&str_repr(k));
+                out.push_str(": ");
+                write_repr(v, out, budget);
+                if out.len() > budget {
+                    return;
+                }
+            }
+            out.push('}');
+        }
+    }
+}

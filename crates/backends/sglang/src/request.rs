@@ -8,6 +8,7 @@
 
 mod contract;
 mod fast;
+mod pydantic;
 
 use genfront_format::{GenerateError, ParseInput, Rejection};
 use genfront_protocol::Bootstrap;
@@ -301,7 +302,7 @@ pub(crate) fn parse(
                 })
             })?;
             let Value::Object(obj) = value else {
-                return Err(json::type_error("body", "a valid dictionary").into());
+                return Err(schema_error(&pydantic::validate_body(&value, false)).into());
             };
             (obj, None)
         }
@@ -318,6 +319,18 @@ pub(crate) fn parse(
     {
         obj.insert("rid".to_owned(), Value::String(h.to_owned()));
     }
+    // pydantic binds the whole body first (every field, every error), as the client sent it.
+    let mut py_errors = Vec::new();
+    pydantic::validate_obj(&obj, fast_ids.is_some(), &mut py_errors);
+    if !py_errors.is_empty() {
+        // A refused bind never starts a stream: the flat 400 whatever `stream` says.
+        return Err(schema_error(&py_errors).into());
+    }
+    // The JSON contract gate runs after pydantic bound the body, on the body as sent; its
+    // answer is a plain 400 whatever `stream` says.
+    if let Some(text) = contract::check(&obj) {
+        return Err(contract_error(text).into());
+    }
     let stream = req_bool(&obj, "stream", false)?;
     let reject = |error: GenerateError| Rejection { error, stream };
     let mut fields = Fields::read(&obj).map_err(reject)?;
@@ -325,10 +338,6 @@ pub(crate) fn parse(
         fields.input_ids = fast_ids;
     }
     check_other_types(&obj, engine_side).map_err(reject)?;
-    // The JSON contract gate runs after pydantic bound the body, on the body as sent.
-    if let Some(text) = contract::check(&obj) {
-        return Err(reject(contract_error(text)));
-    }
     let client_id = match &fields.rid {
         Some(OneOrList::One(rid)) => Some((*rid).to_owned()),
         _ => input
@@ -359,6 +368,15 @@ pub(crate) fn parse(
         items,
         bootstraps,
     })
+}
+
+/// SGLang's answer to a failed pydantic bind (`request::pydantic`): the flat 400 envelope with
+/// FastAPI's message.
+fn schema_error(errors: &[pydantic::PyError]) -> GenerateError {
+    GenerateError::Schema {
+        message: pydantic::message(errors),
+        param: None,
+    }
 }
 
 /// The `param` that marks a [`GenerateError::Validation`] as the JSON contract gate's refusal
