@@ -85,12 +85,19 @@ async fn abort(State(s): State<Arc<Seen>>, body: Bytes) -> StatusCode {
 }
 
 /// The scripted engine and genfront over it.
-async fn setup() -> (
+type Setup = (
     Arc<Seen>,
     String,
     genfront::Server,
     tokio_util::sync::CancellationToken,
-) {
+);
+
+async fn setup() -> Setup {
+    setup_with(&[]).await
+}
+
+/// [`setup`] with more `serve` flags.
+async fn setup_with(extra: &[&str]) -> Setup {
     let seen = Arc::new(Seen::default());
     let app = Router::new()
         .route("/get_server_info", get(server_info))
@@ -106,8 +113,9 @@ async fn setup() -> (
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
-    let (url, server, stop) =
-        common::genfront(&["--worker".into(), format!("sglang={engine}")]).await;
+    let mut argv = vec!["--worker".to_owned(), format!("sglang={engine}")];
+    argv.extend(extra.iter().map(|a| (*a).to_owned()));
+    let (url, server, stop) = common::genfront(&argv).await;
     assert!(server.wait_ready(Duration::from_secs(10)).await, "ready");
     (seen, url, server, stop)
 }
@@ -255,4 +263,20 @@ async fn aborting_a_relayed_request_reaches_the_engine_and_relays_its_answer() {
     assert_eq!(got, answer("long-1", ABORTED));
     let aborts = seen.aborts.lock().unwrap().clone();
     assert_eq!(aborts, [json!({"rid": internal, "abort_all": false})]);
+}
+
+#[tokio::test]
+async fn a_relayed_answer_counts_against_max_answer_bytes() {
+    let (_seen, url, _server, _stop) = setup_with(&["--max-answer-bytes", "300"]).await;
+    let resp = reqwest::Client::new()
+        .post(format!("{url}/generate"))
+        .json(&body(Some("big"), 3))
+        .send()
+        .await
+        .unwrap();
+    // The engine's answer is over 400 bytes: refused like a typed one, never sent half.
+    assert_eq!(resp.status(), 400);
+    let v: Value = resp.json().await.unwrap();
+    let msg = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("--max-answer-bytes"), "{v}");
 }
