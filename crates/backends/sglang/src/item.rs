@@ -166,8 +166,31 @@ pub(crate) fn validate_and_expand(
         if row.custom_logit_processor {
             return invalid("The server is not configured to enable custom logit processor. Please set `--enable-custom-logit-processor` to enable this feature.".into());
         }
-        // SamplingParams(**sampling_params).normalize(None).verify(vocab_size)
+        // _create_tokenized_object: a top-level watermark goes into the sampling kwargs
+        // (`tokenizer_manager.py:1553-1559`), checked by SamplingParams.__init__; then
+        // SamplingParams(**sampling_params).normalize(None).verify(vocab_size), then the
+        // watermark against the server's settings.
+        let top_watermark = f
+            .watermark
+            .as_ref()
+            .and_then(|w| w.item(row.b))
+            .filter(|v| !v.is_null());
+        let watermark = match (top_watermark, &sampling.watermark) {
+            (Some(_), Some(_)) => {
+                return invalid(
+                    "watermark must be provided either at the request top level or inside sampling_params, not both".into(),
+                );
+            }
+            (Some(top), None) => Some(top),
+            (None, sp) => sp.as_ref(),
+        };
+        if let Some(e) = watermark.and_then(crate::sampling::watermark_shape_error) {
+            return invalid(e.into());
+        }
         sampling.verify(vocab, engine.tokenizer)?;
+        if let Some(e) = watermark.and_then(crate::sampling::watermark_resolve_error) {
+            return invalid(e.into());
+        }
         // The scheduler's checks (`Scheduler.handle_generate_request`), run up front here.
         let (logprob_start_len, top_logprobs_num) = if row.return_logprob {
             let start = row.logprob_start_len;

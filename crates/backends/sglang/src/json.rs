@@ -83,6 +83,21 @@ pub(crate) fn bool_of(v: &Value, path: &str) -> Result<bool, GenerateError> {
         .ok_or_else(|| type_error(path, "a valid boolean"))
 }
 
+/// A boolean as pydantic's lax bind reads it (`0`/`1`, `"yes"`, ...: the value SGLang's
+/// `GenerateReqInput` holds; where SGLang is strict, its JSON contract gate refused the body
+/// first).
+pub(crate) fn lax_bool_of(v: &Value, path: &str) -> Result<bool, GenerateError> {
+    crate::request::lax_bool(v).ok_or_else(|| type_error(path, "a valid boolean"))
+}
+
+/// A `bool` field of `GenerateReqInput` with a default, read as [`lax_bool_of`] does.
+pub(crate) fn req_lax_bool(obj: &Obj, key: &str, default: bool) -> Result<bool, GenerateError> {
+    match obj.get(key) {
+        None => Ok(default),
+        Some(v) => lax_bool_of(v, &body_path(key)),
+    }
+}
+
 /// A string.
 pub(crate) fn str_of<'a>(v: &'a Value, path: &str) -> Result<&'a str, GenerateError> {
     v.as_str().ok_or_else(|| type_error(path, "a valid string"))

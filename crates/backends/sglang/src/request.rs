@@ -10,6 +10,8 @@ mod contract;
 mod fast;
 mod pydantic;
 
+pub(crate) use pydantic::lax_bool;
+
 use genfront_format::{GenerateError, ParseInput, Rejection};
 use genfront_protocol::Bootstrap;
 use serde_json::Value;
@@ -283,6 +285,8 @@ pub(crate) struct Fields<'a> {
     pub extra_key: Option<OneOrList<&'a str>>,
     pub cache_salt: Option<OneOrList<&'a str>>,
     pub max_thinking_tokens: Option<i128>,
+    /// The top-level `watermark` (one for every item, or one per batch item).
+    pub watermark: Option<OneOrList<&'a Value>>,
 }
 
 /// Phase *parse/validate*: the whole of SGLang's request handling up to dispatch. With
@@ -433,20 +437,24 @@ impl<'a> Fields<'a> {
             input_ids: opt_token_lists(obj, "input_ids")?.map(IdLists::from),
             input_embeds,
             sampling,
-            return_logprob: opt_one_or_list(obj, "return_logprob", json::bool_of)?,
+            return_logprob: opt_one_or_list(obj, "return_logprob", json::lax_bool_of)?,
             logprob_start_len: opt_one_or_list(obj, "logprob_start_len", json::int_of)?,
             top_logprobs_num: opt_one_or_list(obj, "top_logprobs_num", json::int_of)?,
             token_ids_logprob: opt_token_lists(obj, "token_ids_logprob")?,
-            return_sampling_mask: opt_one_or_list(obj, "return_sampling_mask", json::bool_of)?,
-            flat_top_logprobs: req_bool(obj, "return_flat_raw_top_logprobs", false)?,
-            flat_top_logprobs_b64: req_bool(obj, "return_flat_raw_top_logprobs_b64", false)?,
+            return_sampling_mask: opt_one_or_list(obj, "return_sampling_mask", json::lax_bool_of)?,
+            flat_top_logprobs: json::req_lax_bool(obj, "return_flat_raw_top_logprobs", false)?,
+            flat_top_logprobs_b64: json::req_lax_bool(
+                obj,
+                "return_flat_raw_top_logprobs_b64",
+                false,
+            )?,
             hidden_states: hidden_states_requested(obj)?,
-            routed_experts: req_bool(obj, "return_routed_experts", false)?,
+            routed_experts: json::req_lax_bool(obj, "return_routed_experts", false)?,
             routed_experts_start_len: match obj.get("routed_experts_start_len") {
                 None => 0,
                 Some(v) => json::int_of(v, "body.routed_experts_start_len")?,
             },
-            return_prompt_token_ids: req_bool(obj, "return_prompt_token_ids", false)?,
+            return_prompt_token_ids: json::req_lax_bool(obj, "return_prompt_token_ids", false)?,
             session_id: opt_str(obj, "session_id")?,
             session_params: present(obj, "session_params")
                 .map(|v| json::obj_of(v, "body.session_params"))
@@ -459,6 +467,11 @@ impl<'a> Fields<'a> {
             extra_key: opt_one_or_list(obj, "extra_key", json::str_of)?,
             cache_salt: opt_one_or_list(obj, "cache_salt", json::str_of)?,
             max_thinking_tokens: opt_int(obj, "max_thinking_tokens")?,
+            watermark: match present(obj, "watermark") {
+                None => None,
+                Some(Value::Array(items)) => Some(OneOrList::List(items.iter().collect())),
+                Some(v) => Some(OneOrList::One(v)),
+            },
         })
     }
 }
@@ -474,8 +487,8 @@ const ROUTER_OWNED_KEYS: &[&str] = &["bootstrap_host", "bootstrap_port", "bootst
 /// fields: a value other than `null` (SGLang's default), or a per-item list holding one, is
 /// refused with `{field} is set by the router; clients must not set it.`
 fn check_other_types(obj: &Obj, engine_side: bool) -> Result<(), GenerateError> {
-    req_bool(obj, "return_text_in_logprobs", false)?;
-    req_bool(obj, "log_metrics", true)?;
+    json::req_lax_bool(obj, "return_text_in_logprobs", false)?;
+    json::req_lax_bool(obj, "log_metrics", true)?;
     for key in ROUTER_OWNED_KEYS.iter().filter(|_| !engine_side) {
         let set = match obj.get(*key) {
             None | Some(Value::Null) => false,
@@ -665,7 +678,30 @@ fn normalize(
             "max_thinking_tokens requires the server to be launched with --enable-strict-thinking",
         );
     }
+    // `routed_dp_rank` (or its `data_parallel_rank` alias) against the engine's DP ranks
+    // (`tokenizer_manager.py:915-925`): 0 is ignored on a single-rank engine.
+    if let (Some(rank), Some(ranks)) = (f.dp_rank, dp_ranks(input.engine))
+        && !(ranks <= 1 && rank == 0)
+        && (rank < 0 || rank >= ranks)
+    {
+        return Err(GenerateError::validation(format!(
+            "routed_dp_rank={rank} out of range [0, {ranks})"
+        )));
+    }
     item::validate_and_expand(f, kind, rows, n, input.engine).map(|specs| (is_single, specs))
+}
+
+/// The engine's DP rank count as a native SGLang worker's own server info states it
+/// (`dp_size`). `None` for an engine without that document (the mock, a vLLM worker, a
+/// sidecar): the rank is then only a routing hint and is not checked (a deliberate deviation,
+/// `lib.rs`: RL clients send ranks for a fleet genfront routes).
+fn dp_ranks(engine: &genfront_protocol::EngineInfo) -> Option<i128> {
+    engine
+        .server_info
+        .as_ref()?
+        .get("dp_size")
+        .and_then(Value::as_u64)
+        .map(i128::from)
 }
 
 /// One prompt of the (normalized) batch, before parallel-sampling expansion.

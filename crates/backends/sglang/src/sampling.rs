@@ -161,6 +161,8 @@ pub(crate) struct SamplingParams {
     logit_bias_keys: Vec<String>,
     /// How many of `json_schema`, `regex`, `ebnf` are set.
     grammars: usize,
+    /// `watermark` as sent (`None` when absent or `null`).
+    pub watermark: Option<Value>,
 }
 
 impl SamplingParams {
@@ -235,6 +237,7 @@ impl SamplingParams {
             stop_regex: str_or_list(present(obj, "stop_regex"), &p("stop_regex"))?,
             logit_bias_keys,
             grammars,
+            watermark: present(obj, "watermark").cloned(),
         })
     }
 
@@ -496,6 +499,71 @@ fn parse_py_int(s: &str) -> Option<i128> {
     Some(if neg { -v } else { v })
 }
 
+/// `normalize_watermark_request` (`sampling/watermarking/core.py:163-196`), which
+/// `SamplingParams.__init__` runs (`sampling_params.py:236`): the shape of a request's watermark.
+pub(crate) fn watermark_shape_error(wm: &Value) -> Option<&'static str> {
+    let Value::Object(m) = wm else {
+        return Some("watermark must be an object");
+    };
+    if m.keys()
+        .any(|k| !matches!(k.as_str(), "enabled" | "key" | "context_window"))
+    {
+        return Some("watermark contains unknown fields");
+    }
+    let get = |k: &str| m.get(k).filter(|v| !v.is_null());
+    if get("enabled").is_some_and(|v| !v.is_boolean()) {
+        return Some("watermark enabled must be a boolean");
+    }
+    if let Some(key) = get("key") {
+        // parse_watermark_key (`watermarking/config.py:44-53`)
+        let Some(key) = key.as_str() else {
+            return Some("watermark key must be a hex string");
+        };
+        let digits = if key.to_lowercase().starts_with("0x") {
+            key.get(2..).unwrap_or("")
+        } else {
+            key
+        };
+        let n = digits.chars().count();
+        if !(1..=16).contains(&n) {
+            return Some("watermark key must contain 1 to 16 hex digits");
+        }
+        if !digits.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Some("watermark key must contain only hex digits");
+        }
+    }
+    if let Some(cw) = get("context_window") {
+        let positive = cw.as_i64().is_some_and(|i| i >= 1) || cw.is_u64();
+        if !positive {
+            return Some("watermark context_window must be a positive integer");
+        }
+    }
+    None
+}
+
+/// `resolve_watermark_request` (`watermarking/core.py:199-246`) under a server without
+/// `--enable-watermark` (context window 4, no default key, not enforced), as
+/// `_validate_watermark_request` runs it after `verify` (`tokenizer_manager.py:213-225`).
+pub(crate) fn watermark_resolve_error(wm: &Value) -> Option<&'static str> {
+    let m = wm.as_object()?;
+    let get = |k: &str| m.get(k).filter(|v| !v.is_null());
+    if get("context_window").is_some_and(|v| v.as_i64().is_none_or(|i| i > 4)) {
+        return Some(
+            "request watermark context_window cannot exceed the server's watermark context_window",
+        );
+    }
+    let enabled = get("enabled").and_then(Value::as_bool);
+    if enabled == Some(false) {
+        return get("key")
+            .is_some()
+            .then_some("request watermark key cannot be combined with enabled=false");
+    }
+    if enabled != Some(true) && get("key").is_none() {
+        return Some("request watermark must set enabled or key");
+    }
+    Some("request watermarking requires the server to enable --enable-watermark")
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -676,5 +744,57 @@ mod tests {
             SamplingParams::read(&bad, "sp"),
             Err(GenerateError::Schema { .. })
         ));
+    }
+
+    #[test]
+    fn watermark_rules_follow_sglang() {
+        use serde_json::json;
+        for (wm, shape) in [
+            (json!(0), Some("watermark must be an object")),
+            (json!({"foo": 1}), Some("watermark contains unknown fields")),
+            (
+                json!({"enabled": 1}),
+                Some("watermark enabled must be a boolean"),
+            ),
+            (
+                json!({"key": 5}),
+                Some("watermark key must be a hex string"),
+            ),
+            (
+                json!({"key": "0x"}),
+                Some("watermark key must contain 1 to 16 hex digits"),
+            ),
+            (
+                json!({"key": "xyz"}),
+                Some("watermark key must contain only hex digits"),
+            ),
+            (
+                json!({"context_window": true}),
+                Some("watermark context_window must be a positive integer"),
+            ),
+            (json!({"enabled": true, "key": "0xAB"}), None),
+        ] {
+            assert_eq!(watermark_shape_error(&wm), shape, "{wm}");
+        }
+        for (wm, resolved) in [
+            (json!({}), Some("request watermark must set enabled or key")),
+            (json!({"enabled": false}), None),
+            (
+                json!({"enabled": false, "key": "ab"}),
+                Some("request watermark key cannot be combined with enabled=false"),
+            ),
+            (
+                json!({"context_window": 5}),
+                Some(
+                    "request watermark context_window cannot exceed the server's watermark context_window",
+                ),
+            ),
+            (
+                json!({"enabled": true}),
+                Some("request watermarking requires the server to enable --enable-watermark"),
+            ),
+        ] {
+            assert_eq!(watermark_resolve_error(&wm), resolved, "{wm}");
+        }
     }
 }

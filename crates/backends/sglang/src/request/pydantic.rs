@@ -574,6 +574,22 @@ fn float_error(v: &Value) -> Fail {
 }
 
 /// pydantic-core's lax `bool` in python mode.
+pub(crate) fn lax_bool(v: &Value) -> Option<bool> {
+    if bool_error(v).is_some() {
+        return None;
+    }
+    Some(match v {
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64() == Some(1.0),
+        Value::String(s) => matches!(
+            s.to_ascii_lowercase().as_str(),
+            "1" | "on" | "t" | "true" | "y" | "yes"
+        ),
+        _ => false,
+    })
+}
+
+/// Why pydantic-core's lax `bool` refuses `v`, in python mode.
 fn bool_error(v: &Value) -> Fail {
     const PARSING: (&str, &str) = (
         "bool_parsing",
@@ -582,14 +598,15 @@ fn bool_error(v: &Value) -> Fail {
     const TYPE: (&str, &str) = ("bool_type", "Input should be a valid boolean");
     match v {
         Value::Bool(_) => None,
-        Value::Number(n) => {
-            if let Some(i) = n.as_i64() {
-                (!(i == 0 || i == 1)).then_some(PARSING)
-            } else if n.is_u64() {
-                Some(PARSING)
-            } else {
+        // A number is read as an `i64` first (an int past it, or a float that is not an
+        // integral value strictly inside it, is the type error), then must be 0 or 1.
+        Value::Number(n) => match n.as_i64() {
+            Some(0 | 1) => None,
+            Some(_) => Some(PARSING),
+            None if n.is_u64() => Some(TYPE),
+            None => {
                 let f = n.as_f64().unwrap_or(f64::NAN);
-                if !f.is_finite() || f.fract() != 0.0 {
+                if float_as_int(f).is_some() {
                     Some(TYPE)
                 } else if f == 0.0 || f == 1.0 {
                     None
@@ -597,7 +614,7 @@ fn bool_error(v: &Value) -> Fail {
                     Some(PARSING)
                 }
             }
-        }
+        },
         Value::String(s) => {
             let l = s.to_ascii_lowercase();
             (!matches!(
@@ -651,9 +668,7 @@ fn list_i64_error(v: &Value) -> Option<String> {
         if let Value::Number(n) = x
             && n.as_i64().is_none()
         {
-            return Some(
-                "contains non-int64 element: int too big to convert".into(),
-            );
+            return Some("contains non-int64 element: int too big to convert".into());
         }
     }
     None
@@ -778,5 +793,28 @@ mod tests {
                 "{'type': 'literal_error', 'loc': ('body', 'sampling_logprobs_mode', \"literal['selected','support']\"), 'msg': \"Input should be 'selected' or 'support'\", 'input': 'full', 'ctx': {'expected': \"'selected' or 'support'\"}}",
             ]
         );
+    }
+
+    #[test]
+    fn lax_bool_values() {
+        for (v, b) in [
+            (json!(1), Some(true)),
+            (json!(0.0), Some(false)),
+            (json!("Off"), Some(false)),
+            (json!("y"), Some(true)),
+            (json!(2), None),
+            (json!(" t "), None),
+        ] {
+            assert_eq!(lax_bool(&v), b, "{v}");
+        }
+        // Past the i64 range a number is the type error, not the parsing one.
+        let e =
+            errs(json!({"stream": 9223372036854775808u64, "background": 1.8446744073709552e19}));
+        assert!(
+            e[0].contains("'bool_type'") && e[1].contains("'bool_type'"),
+            "{e:?}"
+        );
+        let e = errs(json!({"stream": 2.0}));
+        assert!(e[0].contains("'bool_parsing'"), "{e:?}");
     }
 }
