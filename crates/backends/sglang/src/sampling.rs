@@ -124,6 +124,15 @@ pub(crate) const DEFAULT_MAX_NEW_TOKENS: i128 = 128;
 /// SGLang's greedy threshold: `0 <= temperature < 1e-6` means greedy.
 const SAMPLING_EPS: f64 = 1e-6;
 
+/// `MAX_STOP_COUNT` / `MAX_STOP_REGEX_COUNT` (`sampling_params.py:44-46`).
+const MAX_STOP_COUNT: usize = 32;
+/// `MAX_STOP_REGEX_LEN`: bytes of one `stop_regex` pattern.
+const MAX_STOP_REGEX_LEN: usize = 256;
+/// `REQUEST_REASONING_END_TOKEN_IDS_KEY` of `custom_params` (`sampling_params.py:55-56`).
+const REASONING_END_TOKEN_IDS_KEY: &str = "__sglang_reasoning_end_token_ids";
+/// `MAX_REQUEST_REASONING_END_TOKEN_IDS`.
+const MAX_REASONING_END_TOKEN_IDS: usize = 32;
+
 /// The typed view of one `sampling_params` object. An explicit JSON `null` on a key means that
 /// key's default (SGLang's `__post_init__`), except `max_new_tokens`, which is `Optional` in SGLang:
 /// `null` there means "no limit" (the engine caps it at the context length).
@@ -163,6 +172,10 @@ pub(crate) struct SamplingParams {
     grammars: usize,
     /// `watermark` as sent (`None` when absent or `null`).
     pub watermark: Option<Value>,
+    /// `sampling_seed` as sent, for its range check.
+    seed_raw: Option<i128>,
+    /// `custom_params.__sglang_reasoning_end_token_ids`, when the key is present.
+    reasoning_end_ids: Option<Value>,
 }
 
 impl SamplingParams {
@@ -193,9 +206,11 @@ impl SamplingParams {
             Some(v) => int_of(v, &p("beam_width"))?,
             None => 1,
         };
+        let mut seed_raw = None;
         let seed = match present(obj, "sampling_seed") {
             Some(v) => {
                 let s = int_of(v, &p("sampling_seed"))?;
+                seed_raw = Some(s);
                 Some(
                     u64::try_from(s)
                         .ok()
@@ -213,9 +228,10 @@ impl SamplingParams {
             Some(v) => json::obj_of(v, &p("logit_bias"))?.keys().cloned().collect(),
             None => Vec::new(),
         };
-        let grammars = ["json_schema", "regex", "ebnf"]
+        // An empty grammar is "unset" (`sampling_params.py:238-242`).
+        let grammars = ["json_schema", "regex", "ebnf", "structural_tag"]
             .iter()
-            .filter(|k| present(obj, k).is_some())
+            .filter(|k| present(obj, k).is_some_and(|v| v.as_str() != Some("")))
             .count();
         Ok(Self {
             max_new_tokens_raw,
@@ -238,6 +254,11 @@ impl SamplingParams {
             logit_bias_keys,
             grammars,
             watermark: present(obj, "watermark").cloned(),
+            seed_raw,
+            reasoning_end_ids: present(obj, "custom_params")
+                .and_then(Value::as_object)
+                .and_then(|c| c.get(REASONING_END_TOKEN_IDS_KEY))
+                .cloned(),
         })
     }
 
@@ -257,6 +278,30 @@ impl SamplingParams {
     ) -> Result<(), GenerateError> {
         let invalid = |m: String| Err(GenerateError::validation(m));
         let no_tokenizer = tokenizer == Some(false);
+        // normalize (`sampling_params.py:331-386`): the stop lists' bounds, then
+        // raise_if_tokenizer_required (`:440-470`).
+        if let Some(stop) = self.stop.as_deref()
+            && stop.len() > MAX_STOP_COUNT
+        {
+            return invalid(format!(
+                "at most {MAX_STOP_COUNT} stop strings are allowed, got {}",
+                stop.len()
+            ));
+        }
+        if let Some(stop) = self.stop_regex.as_deref() {
+            if stop.len() > MAX_STOP_COUNT {
+                return invalid(format!(
+                    "at most {MAX_STOP_COUNT} stop_regex patterns are allowed, got {}",
+                    stop.len()
+                ));
+            }
+            if let Some(long) = stop.iter().find(|r| r.len() > MAX_STOP_REGEX_LEN) {
+                return invalid(format!(
+                    "stop_regex is {} bytes, over the {MAX_STOP_REGEX_LEN}-byte limit",
+                    long.len()
+                ));
+            }
+        }
         if let Some(stop) = self
             .stop
             .as_deref()
@@ -275,6 +320,19 @@ impl SamplingParams {
             return invalid(format!(
                 "stop_regex={} is unavailable when skip_tokenizer_init=True (requires tokenizer to decode tokens to text for matching).",
                 str_list_repr(stop.iter().map(String::as_str))
+            ));
+        }
+        if no_tokenizer && self.min_new_tokens() > 0 {
+            return invalid(format!(
+                "min_new_tokens={} is unavailable when skip_tokenizer_init=True (requires tokenizer for eos_token_id).",
+                self.min_display()
+            ));
+        }
+        // verify (`sampling_params.py:252-329`)
+        if self.beam_width < 1 {
+            return invalid(format!(
+                "beam_width must be at least 1, got {}.",
+                self.beam_width
             ));
         }
         let f = |n: &Option<Number>, default: f64| {
@@ -376,8 +434,35 @@ impl SamplingParams {
                 }
             }
         }
+        if let Some(seed) = self.seed_raw
+            && !(i128::from(i64::MIN)..=i128::from(i64::MAX)).contains(&seed)
+        {
+            return invalid(format!(
+                "sampling_seed must be in [-2**63, 2**63 - 1], got {seed}."
+            ));
+        }
+        // get_request_reasoning_end_token_ids(strict=True) (`sampling_params.py:59-98`)
+        if let Some(ids) = &self.reasoning_end_ids {
+            let bound = vocab_size.map(i128::from);
+            let ok = ids.as_array().is_some_and(|l| {
+                !l.is_empty()
+                    && l.len() <= MAX_REASONING_END_TOKEN_IDS
+                    && l.iter().all(|x| {
+                        (x.is_i64() || x.is_u64())
+                            && json::number_to_int(x.as_number().unwrap_or(&0.into()))
+                                .is_some_and(|i| i >= 0 && bound.is_none_or(|b| i < b))
+                    })
+            });
+            if !ok {
+                return invalid(format!(
+                    "request reasoning end token IDs must be a non-empty, vocabulary-bounded list of at most {MAX_REASONING_END_TOKEN_IDS} integers"
+                ));
+            }
+        }
         if self.grammars > 1 {
-            return invalid("Only one of regex, json_schema, or ebnf can be set.".to_owned());
+            return invalid(
+                "Only one of json_schema, regex, ebnf, or structural_tag can be set.".to_owned(),
+            );
         }
         Ok(())
     }
@@ -571,11 +656,15 @@ mod tests {
     use super::*;
 
     fn verify(sp: Value) -> Result<(), String> {
+        verify_with(sp, Some(false))
+    }
+
+    fn verify_with(sp: Value, tokenizer: Option<bool>) -> Result<(), String> {
         let obj = sp.as_object().cloned().unwrap_or_default();
         let params =
             SamplingParams::read(&obj, "body.sampling_params").map_err(|e| e.to_string())?;
         params
-            .verify(Some(100), Some(false))
+            .verify(Some(100), tokenizer)
             .map_err(|e| e.public_message().into_owned())
     }
 
@@ -617,13 +706,27 @@ mod tests {
                 json!({"min_new_tokens": -1}),
                 "min_new_tokens must be in [0, max_new_tokens], got -1.",
             ),
+            // Without a tokenizer, normalize refuses any min_new_tokens > 0 before verify's
+            // range check.
             (
                 json!({"min_new_tokens": 200}),
-                "min_new_tokens must be in [0, max_new_tokens(128)], got 200.",
+                "min_new_tokens=200 is unavailable when skip_tokenizer_init=True (requires tokenizer for eos_token_id).",
             ),
             (
-                json!({"min_new_tokens": 5, "max_new_tokens": 4}),
-                "min_new_tokens must be in [0, max_new_tokens(4)], got 5.",
+                json!({"beam_width": 0}),
+                "beam_width must be at least 1, got 0.",
+            ),
+            (
+                json!({"sampling_seed": 9223372036854775808u64}),
+                "sampling_seed must be in [-2**63, 2**63 - 1], got 9223372036854775808.",
+            ),
+            (
+                json!({"custom_params": {"__sglang_reasoning_end_token_ids": []}}),
+                "request reasoning end token IDs must be a non-empty, vocabulary-bounded list of at most 32 integers",
+            ),
+            (
+                json!({"stop_regex": vec!["a"; 33]}),
+                "at most 32 stop_regex patterns are allowed, got 33",
             ),
             (
                 json!({"max_new_tokens": -1}),
@@ -638,8 +741,8 @@ mod tests {
                 "invalid literal for int() with base 10: 'x'",
             ),
             (
-                json!({"regex": "a", "ebnf": "b"}),
-                "Only one of regex, json_schema, or ebnf can be set.",
+                json!({"regex": "a", "structural_tag": "b"}),
+                "Only one of json_schema, regex, ebnf, or structural_tag can be set.",
             ),
             (
                 json!({"stop": "x"}),
@@ -657,6 +760,24 @@ mod tests {
         for (sp, want) in cases {
             assert_eq!(verify(sp.clone()), Err(want.to_owned()), "{sp}");
         }
+        for (sp, want) in [
+            (
+                json!({"min_new_tokens": 200}),
+                "min_new_tokens must be in [0, max_new_tokens(128)], got 200.",
+            ),
+            (
+                json!({"min_new_tokens": 5, "max_new_tokens": 4}),
+                "min_new_tokens must be in [0, max_new_tokens(4)], got 5.",
+            ),
+        ] {
+            assert_eq!(
+                verify_with(sp.clone(), Some(true)),
+                Err(want.to_owned()),
+                "{sp}"
+            );
+        }
+        // An empty grammar is unset.
+        assert_eq!(verify(json!({"regex": "a", "ebnf": ""})), Ok(()));
     }
 
     #[test]
@@ -666,7 +787,7 @@ mod tests {
             json!({"temperature": 0, "top_k": 0}),
             json!({"top_k": -1, "stop": null, "stop_token_ids": null, "stop": []}),
             json!({"temperature": null, "top_p": null, "top_k": null, "min_p": null, "n": null, "max_new_tokens": null, "min_new_tokens": null, "ignore_eos": null}),
-            json!({"min_new_tokens": 500, "max_new_tokens": null}),
+            json!({"min_new_tokens": 0, "max_new_tokens": null}),
             json!({"logit_bias": {" 5 ": -1.0, "1_0": 2.0}}),
         ] {
             assert_eq!(verify(sp.clone()), Ok(()), "{sp}");

@@ -1,7 +1,7 @@
 //! Request side: validation messages and envelopes, projection, native bodies, batch and `n > 1`.
 
 use genfront_format::{CONTENT_TYPE_JSON, CONTENT_TYPE_SSE, GenerateError, GenerateFormat};
-use genfront_protocol::PromptLogprobOptions;
+use genfront_protocol::{EngineInfo, PromptLogprobOptions};
 use genfront_sglang::{EMBEDS_UNSUPPORTED, TEXT_UNSUPPORTED};
 use http::{HeaderMap, HeaderValue, StatusCode};
 use serde_json::{Value, json};
@@ -71,10 +71,10 @@ fn validation_messages() {
         (r#"{"input_ids":[1],"sampling_params":{"presence_penalty":-3}}"#.into(), "presence_penalty must be in [-2, 2], got -3.".into()),
         (r#"{"input_ids":[1],"sampling_params":{"repetition_penalty":2.5}}"#.into(), "repetition_penalty must be in (0, 2] (1.0 = no penalty), got 2.5.".into()),
         (r#"{"input_ids":[1],"sampling_params":{"min_new_tokens":-2}}"#.into(), "min_new_tokens must be in [0, max_new_tokens], got -2.".into()),
-        (r#"{"input_ids":[1],"sampling_params":{"min_new_tokens":9,"max_new_tokens":8}}"#.into(), "min_new_tokens must be in [0, max_new_tokens(8)], got 9.".into()),
+        (r#"{"input_ids":[1],"sampling_params":{"min_new_tokens":9,"max_new_tokens":8}}"#.into(), "min_new_tokens=9 is unavailable when skip_tokenizer_init=True (requires tokenizer for eos_token_id).".into()),
         (r#"{"input_ids":[1],"sampling_params":{"max_new_tokens":-1}}"#.into(), "max_new_tokens must be at least 0, got -1.".into()),
         (r#"{"input_ids":[1],"sampling_params":{"logit_bias":{"1000":1}}}"#.into(), "logit_bias must has keys in [0, 999], got 1000.".into()),
-        (r#"{"input_ids":[1],"sampling_params":{"json_schema":"{}","regex":"a"}}"#.into(), "Only one of regex, json_schema, or ebnf can be set.".into()),
+        (r#"{"input_ids":[1],"sampling_params":{"json_schema":"{}","regex":"a"}}"#.into(), "Only one of json_schema, regex, ebnf, or structural_tag can be set.".into()),
         (r#"{"input_ids":[1],"return_logprob":true,"logprob_start_len":-2}"#.into(), "logprob_start_len must be -1 (output tokens only) or a non-negative prompt position, got -2.".into()),
         (r#"{"input_ids":[1,2,3],"return_logprob":true,"logprob_start_len":3}"#.into(), "req.logprob_start_len=3 is higher than the number of input tokens len(req.origin_input_ids)=3. Please use a smaller logprob_start_len.".into()),
         (r#"{"input_ids":[1],"return_logprob":true,"top_logprobs_num":-1}"#.into(), "top_logprobs_num must be a non-negative integer, got -1.".into()),
@@ -242,7 +242,12 @@ fn text_with_input_ids_uses_the_ids() {
 #[test]
 fn single_request_projection() {
     let body = r#"{"input_ids":[5,6,7],"sampling_params":{"temperature":0.7,"top_p":0.9,"top_k":-1,"min_p":0.05,"frequency_penalty":0.1,"presence_penalty":-0.2,"repetition_penalty":1.1,"min_new_tokens":2,"max_new_tokens":64,"stop_token_ids":[2,9],"ignore_eos":true,"sampling_seed":43,"n":1,"skip_special_tokens":false,"custom_params":{"x":1}},"return_logprob":true,"logprob_start_len":1,"top_logprobs_num":3,"token_ids_logprob":[4,8],"return_routed_experts":true,"routed_experts_start_len":2,"priority":-3,"lora_path":"my_lora","cache_salt":"salt","session_id":"sess","routed_dp_rank":2,"stream":false}"#;
-    let p = prepared(body);
+    // min_new_tokens needs the engine's tokenizer (SGLang refuses it with skip_tokenizer_init).
+    let info = EngineInfo {
+        tokenizer: Some(true),
+        ..engine()
+    };
+    let p = prepare_with(body, &HeaderMap::new(), &info, false).unwrap();
     assert!(!p.stream);
     assert_eq!(p.client_id, None);
     assert_eq!(p.subs.len(), 1);
