@@ -122,6 +122,26 @@ impl<'a> Fields<'a, '_> {
     }
 
     /// `dict[str, Any] | None`.
+    /// A nested pydantic model or dataclass field: `issue` (kind, message, ctx) when the value is
+    /// neither `null` nor an object.
+    pub(crate) fn opt_model(
+        &mut self,
+        key: &str,
+        issue: (&'static str, &'static str, Option<&'static str>),
+    ) -> Option<&'a Map<String, Value>> {
+        let v = self.get(key)?;
+        match v {
+            Value::Null => None,
+            Value::Object(m) => Some(m),
+            other => {
+                let mut i = Issue::new(issue.0, child(&self.base, key), issue.1, other);
+                i.ctx = issue.2.map(str::to_owned);
+                self.issues.push(i);
+                None
+            }
+        }
+    }
+
     pub(crate) fn opt_dict(&mut self, key: &str) -> Option<&'a Map<String, Value>> {
         let v = self.get(key)?;
         match v {

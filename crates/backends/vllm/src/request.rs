@@ -616,16 +616,19 @@ fn parse_token_offsets(f: &mut Fields<'_, '_>) {
 }
 
 /// A nested pydantic model that is not a dict: `model_type` naming the class.
-fn model_type_issue(f: &mut Fields<'_, '_>, key: &str, class: &str, input: &Value) {
-    let mut issue = Issue::new(
-        "model_type",
+/// FastAPI validates with `from_attributes`, so a non-dict is `model_attributes_type`.
+fn model_type_issue(f: &mut Fields<'_, '_>, key: &str, _class: &str, input: &Value) {
+    f.issues.push(Issue::new(
+        "model_attributes_type",
         child(&f.base, key),
-        format!("Input should be a valid dictionary or instance of {class}"),
+        MODEL_ATTRIBUTES_MSG,
         input,
-    );
-    issue.ctx = Some(format!("{{'class_name': '{class}'}}"));
-    f.issues.push(issue);
+    ));
 }
+
+/// pydantic's `model_attributes_type` message.
+const MODEL_ATTRIBUTES_MSG: &str =
+    "Input should be a valid dictionary or object to extract fields from";
 
 /// `reasoning_parser_kwargs: ReasoningParserKwargs | None` (`protocol.py:211-218`, `extra="forbid"`,
 /// one field `chat_template_kwargs: dict[str, Any]`).
@@ -773,7 +776,10 @@ fn parse_token_ids(f: &mut Fields<'_, '_>) -> (Vec<u32>, PyInt) {
 }
 
 fn parse_stream_options(f: &mut Fields<'_, '_>) -> Option<StreamOptions> {
-    let m = f.opt_dict("stream_options")?;
+    let m = f.opt_model(
+        "stream_options",
+        ("model_attributes_type", MODEL_ATTRIBUTES_MSG, None),
+    )?;
     let mut inner = Fields {
         map: m,
         base: child(&f.base, "stream_options"),
@@ -889,13 +895,22 @@ fn parse_sampling(sp: &Map<String, Value>, base: Vec<Loc>, issues: &mut Vec<Issu
     f.with("output_text_buffer_length", int);
     f.int_list("trace_decode_token_ids", true);
     let repetition = parse_repetition_detection(&mut f);
-    s.structured_outputs = f.opt_dict("structured_outputs").map(|so| {
-        let kinds = STRUCTURED_OUTPUT_KINDS
-            .iter()
-            .filter(|k| so.get(**k).is_some_and(|v| !v.is_null()))
-            .count();
-        (kinds, crate::pyfmt::py_repr(so, 1000))
-    });
+    s.structured_outputs = f
+        .opt_model(
+            "structured_outputs",
+            (
+                "dataclass_type",
+                "Input should be a dictionary or an instance of StructuredOutputsParams",
+                Some("{'class_name': 'StructuredOutputsParams'}"),
+            ),
+        )
+        .map(|so| {
+            let kinds = STRUCTURED_OUTPUT_KINDS
+                .iter()
+                .filter(|k| so.get(**k).is_some_and(|v| !v.is_null()))
+                .count();
+            (kinds, crate::pyfmt::py_repr(so, 1000))
+        });
 
     let typed_ints = [s.n, s.top_k, s.min_tokens, s.routed_experts_prompt_start]
         .into_iter()

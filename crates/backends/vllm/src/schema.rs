@@ -398,28 +398,43 @@ pub(crate) fn to_float(v: &Value) -> Result<f64, Fail> {
 
 /// Pydantic's lax `bool`.
 pub(crate) fn to_bool(v: &Value) -> Result<bool, Fail> {
+    const TYPE: Fail = ("bool_type", "Input should be a valid boolean");
     const PARSING: Fail = (
         "bool_parsing",
         "Input should be a valid boolean, unable to interpret input",
     );
     match v {
         Value::Bool(b) => Ok(*b),
-        Value::Number(n) => {
-            let x = n.as_f64().unwrap_or(f64::NAN);
-            if x == 0.0 {
-                Ok(false)
-            } else if x == 1.0 {
-                Ok(true)
-            } else {
-                Err(PARSING)
+        // Read as an `i64` first: an int past it, or a float that is not an integral value
+        // strictly inside it, is the type error; then it must be 0 or 1.
+        Value::Number(n) => match n.as_i64() {
+            Some(0) => Ok(false),
+            Some(1) => Ok(true),
+            Some(_) => Err(PARSING),
+            None if n.is_u64() => Err(TYPE),
+            None => {
+                let x = n.as_f64().unwrap_or(f64::NAN);
+                if !x.is_finite()
+                    || x.fract() != 0.0
+                    || !((i64::MIN as f64) < x && x < (i64::MAX as f64))
+                {
+                    Err(TYPE)
+                } else if x == 0.0 {
+                    Ok(false)
+                } else if x == 1.0 {
+                    Ok(true)
+                } else {
+                    Err(PARSING)
+                }
             }
-        }
-        Value::String(s) => match s.trim().to_ascii_lowercase().as_str() {
+        },
+        // No whitespace stripping: `' t '` is refused.
+        Value::String(s) => match s.to_ascii_lowercase().as_str() {
             "0" | "off" | "f" | "false" | "n" | "no" => Ok(false),
             "1" | "on" | "t" | "true" | "y" | "yes" => Ok(true),
             _ => Err(PARSING),
         },
-        _ => Err(("bool_type", "Input should be a valid boolean")),
+        _ => Err(TYPE),
     }
 }
 

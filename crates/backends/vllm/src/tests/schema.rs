@@ -350,14 +350,23 @@ fn unread_top_level_fields_are_typed() {
         (
             json!({"reasoning_parser_kwargs": 5}),
             "reasoning_parser_kwargs",
-            "model_type",
+            "model_attributes_type",
         ),
         (
             json!({"reasoning_parser_kwargs": {"x": 1}}),
             "reasoning_parser_kwargs.x",
             "extra_forbidden",
         ),
-        (json!({"parse_context": []}), "parse_context", "model_type"),
+        (
+            json!({"parse_context": []}),
+            "parse_context",
+            "model_attributes_type",
+        ),
+        (
+            json!({"stream_options": "x"}),
+            "stream_options",
+            "model_attributes_type",
+        ),
         (
             json!({"parse_context": {"history_tool_call_cnt": -1}}),
             "parse_context.history_tool_call_cnt",
@@ -385,4 +394,26 @@ fn unread_top_level_fields_are_typed() {
         "parse_context": {"future_field": 1, "history_tool_call_cnt": 2}}),
     )
     .expect("well-typed");
+}
+
+/// pydantic-core's lax `bool` (python mode): a number is read as an `i64` first, so `0.5`,
+/// `inf` and anything past the `i64` range are `bool_type`, `2` / `2.0` are `bool_parsing`;
+/// strings are not stripped.
+#[test]
+fn lax_bool_follows_pydantic_core() {
+    use crate::schema::to_bool;
+    for (v, want) in [
+        (json!(1.0), Ok(true)),
+        (json!(0), Ok(false)),
+        (json!("Yes"), Ok(true)),
+        (json!(2.0), Err("bool_parsing")),
+        (json!(2), Err("bool_parsing")),
+        (json!(" t "), Err("bool_parsing")),
+        (json!(0.5), Err("bool_type")),
+        (json!(9223372036854775808u64), Err("bool_type")),
+        (json!(1e30), Err("bool_type")),
+        (json!(null), Err("bool_type")),
+    ] {
+        assert_eq!(to_bool(&v).map_err(|e| e.0), want, "{v}");
+    }
 }
