@@ -34,6 +34,30 @@ fn answer(rid: &str, finish: &str) -> String {
 }
 
 const EOS: &str = r#"{"type":"stop","matched":2}"#;
+
+/// SGLang's cumulative SSE frames to `rid` (two tokens, then EOS).
+fn frames(rid: &str) -> Vec<String> {
+    [("[5]", "null"), ("[5,2]", EOS)]
+        .iter()
+        .map(|(ids, finish)| {
+            format!(
+                r#"{{"output_ids":{ids},"meta_info":{{"id":"{rid}","finish_reason":{finish},"prompt_tokens":3,"weight_version":"default","completion_tokens":1,"cached_tokens":0,"e2e_latency":1e-05}}}}"#
+            )
+        })
+        .collect()
+}
+
+/// `data: <frame>\n\n` each, then `data: [DONE]\n\n`, as SGLang writes its stream.
+fn sse(frames: &[String]) -> String {
+    let mut out = String::new();
+    for f in frames {
+        out.push_str("data: ");
+        out.push_str(f);
+        out.push_str("\n\n");
+    }
+    out.push_str("data: [DONE]\n\n");
+    out
+}
 const ABORTED: &str = r#"{"type":"abort","message":"Aborted","status_code":null,"err_type":null}"#;
 const BAD: &str =
     r#"{"type":"abort","message":"Bad grammar","status_code":400,"err_type":"BadRequestError"}"#;
@@ -56,7 +80,11 @@ async fn generate(State(s): State<Arc<Seen>>, body: Bytes) -> Response {
     let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let rid = v["rid"].as_str().unwrap_or_default().to_owned();
     let script = v["sampling_params"]["max_new_tokens"].as_u64().unwrap_or(0);
+    let stream = v["stream"] == json!(true);
     s.generate.lock().unwrap().push(v);
+    if stream {
+        return ([("content-type", "text/event-stream")], sse(&frames(&rid))).into_response();
+    }
     let finish = match script {
         1 => BAD,
         9 => {
@@ -279,4 +307,27 @@ async fn a_relayed_answer_counts_against_max_answer_bytes() {
     let v: Value = resp.json().await.unwrap();
     let msg = v["error"]["message"].as_str().unwrap_or_default();
     assert!(msg.contains("--max-answer-bytes"), "{v}");
+}
+
+#[tokio::test]
+async fn a_cumulative_stream_is_the_engines_frames_with_the_rid_edited() {
+    let (seen, url, _server, _stop) = setup().await;
+    let mut b = body(Some("st-1"), 2);
+    b["stream"] = json!(true);
+    let resp = reqwest::Client::new()
+        .post(format!("{url}/generate"))
+        .json(&b)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(
+        resp.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let got = resp.text().await.unwrap();
+    assert_eq!(got, sse(&frames("st-1")));
+    assert_ne!(seen.generate.lock().unwrap()[0]["rid"], "st-1");
 }

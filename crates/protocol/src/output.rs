@@ -41,11 +41,13 @@ pub struct EngineOutput {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine_data: Option<serde_json::Value>,
     /// The engine's native answer bytes, relayed (see [`crate::OutputOptions::relay`]): set only
-    /// by an engine client of the request's own native format when the request asked for relay.
-    /// The item is then the choice's only one: `token_ids`, `finish_reason` and `usage` come
-    /// from a cheap scan of the answer (for metrics, traces and abort bookkeeping; a `Cancelled`
-    /// finish may carry the tokens here), the other typed fields are empty, and the format
-    /// sends `native` with its ids replaced, nothing else changed. Not serialized.
+    /// by an engine client of the request's own native format when the request asked for relay
+    /// — the whole unary answer (then the choice's only item) or one stream frame (then every
+    /// item of the choice carries one, save a `Cancelled` finish the client makes itself when
+    /// no abort frame came in time). `token_ids` (the new ids), `finish_reason` and `usage`
+    /// come from a cheap scan (for metrics, traces and abort bookkeeping; a `Cancelled` finish
+    /// may carry tokens here), the other typed fields are empty, and the format sends `native`
+    /// with its ids replaced, nothing else changed. Not serialized.
     #[serde(skip)]
     pub native: Option<NativeAnswer>,
 }

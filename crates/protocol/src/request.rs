@@ -195,12 +195,14 @@ pub struct OutputOptions {
     pub stream: bool,
     /// The client's format can answer with the engine's own native answer, only its ids edited
     /// (**relay**): set by the format's projection when its client speaks the engine's native
-    /// API and the answer needs nothing genfront renders itself (SGLang: a unary, single-item,
-    /// `n = 1` request without genfront-rendered keys). An engine client of that native format
-    /// may then deliver the answer as [`crate::EngineOutput::native`] (with the typed fields
-    /// filled only from a cheap scan) instead of fully decoded deltas; any other engine ignores
-    /// the flag, and the format's assembler takes typed deltas as always. Never sent over the
-    /// sidecar wire (a sidecar's engine answers typed).
+    /// API and the answer needs nothing genfront renders itself (SGLang: a single-item, `n = 1`
+    /// request without genfront-rendered keys, unary or streamed in SGLang's default cumulative
+    /// mode). An engine client of that native format may then deliver the answer, or each
+    /// stream frame, as [`crate::EngineOutput::native`] (with the typed fields filled only from
+    /// a cheap scan) instead of fully decoded deltas — for a stream only when the engine streams
+    /// in that same default mode; any other engine ignores the flag, and the format's assembler
+    /// takes typed deltas as always. Never sent over the sidecar wire (a sidecar's engine
+    /// answers typed).
     #[serde(default)]
     pub relay: bool,
 }

@@ -30,14 +30,17 @@
 //! arrived: typed rows win, the native string is the fallback.
 //!
 //! **Relay** (issue 15): a request the format marked
-//! [`OutputOptions::relay`](genfront_protocol::OutputOptions::relay) (unary, one item, `n = 1`,
-//! nothing genfront renders itself) may be answered by the SGLang engine client with the
-//! engine's own answer bytes ([`EngineOutput::native`]). The assembler then sends those bytes
-//! with one edit, `meta_info.id` (the private dispatch id) replaced by the client-visible rid,
-//! and renders nothing: every other byte — key order, float spelling, `e2e_latency`, text,
-//! routed experts, unknown keys — is the engine's. Outputs without native bytes (another engine
-//! kind, the mocker, a P/D pair, a finish the client made itself after a cancel) take the typed
-//! path above, for the same request.
+//! [`OutputOptions::relay`](genfront_protocol::OutputOptions::relay) (one item, `n = 1`,
+//! nothing genfront renders itself, unary or cumulative SSE) may be answered by the SGLang
+//! engine client with the engine's own bytes ([`EngineOutput::native`]: the unary answer, or
+//! each SSE frame). The assembler then sends those bytes with one edit, `meta_info.id` (the
+//! private dispatch id) replaced by the client-visible rid, and renders nothing: every other
+//! byte — key order, float spelling, `e2e_latency`, `response_sent_to_client_ts`, text, routed
+//! experts, unknown keys — is the engine's. Outputs without native bytes (another engine kind,
+//! the mocker, a P/D pair, an incremental-mode server) take the typed path above, for the same
+//! request. In a relayed stream, the one typed output taken is a `Cancelled` finish without
+//! tokens that the client made itself (SGLang sent no abort frame within the cancel grace): it
+//! ends the stream without a frame of genfront's own.
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -160,6 +163,8 @@ struct Sub {
     sent_first: bool,
     /// The engine's native answer, relayed as it is but for its ids (see the module docs).
     relayed: Option<genfront_protocol::NativeAnswer>,
+    /// The engine's SSE frames are relayed for this sub (cumulative streams).
+    relaying: bool,
 }
 
 /// Keys of `meta_info` genfront computes itself; the engine's native frame cannot override them.
@@ -372,22 +377,48 @@ impl SglangAssembler {
         buf.push(b'}');
     }
 
-    /// Take sub `i`'s relayed native answer (its one output): keep the bytes for
-    /// [`Assembler::finish_unary`] and the scanned finish and usage for the completeness checks.
+    /// Take sub `i`'s relayed native answer or frame. Unary: keep the bytes (the sub's one
+    /// output) for [`Assembler::finish_unary`]. Cumulative SSE: push the frame with the rid
+    /// edited as this delta's event. Either way the scanned finish and usage feed the
+    /// completeness checks.
     ///
     /// # Errors
-    /// A contract error for a relayed answer in a streamed response, for a sub that already
-    /// received typed tokens or finished, or for an unknown sub.
+    /// A contract error for a batch, an incremental stream, a unary answer without a finish
+    /// reason, a sub that already received typed tokens or finished, or an unknown sub; the
+    /// engine's error finish.
     fn relay(
         &mut self,
         i: usize,
         output: EngineOutput,
         native: genfront_protocol::NativeAnswer,
+        events: &mut Vec<Bytes>,
     ) -> Result<(), GenerateError> {
-        if self.mode != Mode::Unary || self.batch {
+        if self.mode == Mode::Incremental || self.batch {
             return Err(contract(
-                "engine relayed a native answer for a request that is not a single unary one",
+                "engine relayed a native answer for a request that is not a single unary or cumulative one",
             ));
+        }
+        if self.mode == Mode::Cumulative {
+            let Some(s) = self.subs.get_mut(i) else {
+                return Err(GenerateError::Internal(format!(
+                    "engine output for unknown sub-request {i}"
+                )));
+            };
+            if s.finish.is_some() || s.output_ids.count > 0 {
+                return Err(contract(format!(
+                    "engine relayed a frame for sub-request {i} after other outputs"
+                )));
+            }
+            if let Some(FinishReason::Error { message }) = &output.finish_reason {
+                return Err(contract(message.clone()));
+            }
+            s.relaying = true;
+            s.usage = output.usage.or(s.usage);
+            s.finish = output.finish_reason;
+            let mut id = Vec::with_capacity(s.cfg.rid.len() + 2);
+            render::json(&mut id, s.cfg.rid.as_str());
+            events.push(Bytes::from(native.with_ids(&id)));
+            return Ok(());
         }
         let Some(s) = self.subs.get_mut(i) else {
             return Err(GenerateError::Internal(format!(
@@ -611,7 +642,26 @@ impl Assembler for SglangAssembler {
     ) -> Result<(), GenerateError> {
         let mut output = output;
         if let Some(native) = output.native.take() {
-            return self.relay(sub, output, native);
+            return self.relay(sub, output, native, events);
+        }
+        if let Some(s) = self.subs.get_mut(sub)
+            && s.relaying
+        {
+            // A relayed stream the client ended itself after a cancel (no abort frame in
+            // time): the finish is recorded, no frame of genfront's is made up.
+            return match output.finish_reason {
+                Some(reason) if output.token_ids.is_empty() && s.finish.is_none() => {
+                    if let FinishReason::Error { message } = &reason {
+                        return Err(contract(message.clone()));
+                    }
+                    s.usage = output.usage.or(s.usage);
+                    s.finish = Some(reason);
+                    Ok(())
+                }
+                _ => Err(contract(format!(
+                    "engine sent a typed output for sub-request {sub} of a relayed stream"
+                ))),
+            };
         }
         let marks = self.absorb(sub, output)?;
         if let Some(Some(FinishReason::Error { message })) = self.subs.get(sub).map(|s| &s.finish) {

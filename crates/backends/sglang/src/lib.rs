@@ -17,11 +17,11 @@
 //! request, SSE frames decoded into deltas by the one frame parser ([`client::FrameDecoder`]), typed
 //! error mapping, and `POST /abort_request` on cancel or drop.
 //!
-//! **Relay** (SGLang client on an SGLang engine): a unary, single-item, `n = 1` request asks for
-//! it ([`genfront_protocol::OutputOptions::relay`]); the client then only scans SGLang's answer
-//! and hands over its bytes, and the assembler sends them with `meta_info.id` set to the
-//! client's rid — every other byte is the engine's (`assemble.rs`, `client/decode/relay.rs`,
-//! `docs/request-lifecycle.md`).
+//! **Relay** (SGLang client on an SGLang engine): a single-item, `n = 1` request, unary or on a
+//! cumulative stream route, asks for it ([`genfront_protocol::OutputOptions::relay`]); the
+//! client then only scans SGLang's answer or frames and hands over their bytes, and the
+//! assembler sends them with `meta_info.id` set to the client's rid — every other byte is the
+//! engine's (`assemble.rs`, `client/decode/relay.rs`, `docs/request-lifecycle.md`).
 //!
 //! genfront has no tokenizer of its own. What text an answer carries is the engine's: with an
 //! engine that loads a tokenizer ([`EngineInfo::tokenizer`]), `text` prompts, `stop` /
@@ -475,9 +475,11 @@ impl GenerateFormat for SglangFormat {
         let mut subs = Vec::with_capacity(req.items.len());
         let mut configs = Vec::with_capacity(req.items.len());
         let mut bootstraps = req.bootstraps.into_iter();
-        // Relay (the engine's own answer, ids edited: `assemble.rs`) for a unary answer of one
-        // item and one sample.
-        let relay = mode == Mode::Unary && req.is_single && req.items.len() == 1;
+        // Relay (the engine's own answer, ids edited: `assemble.rs`) for one item and one
+        // sample, unary or streamed cumulatively (SGLang's default mode; the engine client
+        // relays a stream only from a server that streams cumulatively too).
+        let relay =
+            matches!(mode, Mode::Unary | Mode::Cumulative) && req.is_single && req.items.len() == 1;
         for item in req.items {
             let (mut request, config) = item.project();
             request.output.relay = relay && config.relayable();

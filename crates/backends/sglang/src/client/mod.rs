@@ -6,11 +6,14 @@
 //! - [`Engine::generate`] sends `POST /generate` (SSE) per choice and decodes the stream frame by
 //!   frame ([`SseSplitter`] → [`FrameDecoder`]) into [`EngineOutput`] deltas.
 //! - **Relay** ([`genfront_protocol::OutputOptions::relay`], set by the SGLang format for a
-//!   unary, single-item, `n = 1` request): the unary answer of an SGLang body that is neither
-//!   split nor a P/D leg is only scanned ([`FrameDecoder::relay`]: output ids, finish, usage,
-//!   where `meta_info.id` is) and delivered whole as [`EngineOutput::native`], so the format
-//!   relays SGLang's bytes with the rid edited instead of re-rendering them. An answer the scan
-//!   does not take goes through the typed decoder as before.
+//!   single-item, `n = 1` request, unary or cumulative SSE): the unary answer, or each SSE frame
+//!   of a server that streams cumulatively, of an SGLang body that is neither split nor a P/D
+//!   leg is only scanned ([`FrameDecoder::relay`], [`FrameDecoder::relay_frame`]: output ids,
+//!   finish, usage, where `meta_info.id` is) and delivered as [`EngineOutput::native`], so the
+//!   format relays SGLang's bytes with the rid edited instead of re-rendering them. What the
+//!   scan does not take (`[DONE]`, error frames, odd answers) goes through the typed decoder as
+//!   before; cancellation and aborts are unchanged (an abort frame's new tokens stay on its one
+//!   relayed item).
 //! - Cancellation: firing the token, or dropping the stream before its terminal frame, sends
 //!   `POST /abort_request {"rid": <dispatch id>, "abort_all": false}` (see `stream.rs`).
 //! - [`Engine::probe`] is one `GET /health`; there is no background health loop (routers probe

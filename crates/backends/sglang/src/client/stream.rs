@@ -106,9 +106,14 @@ pub(crate) fn generate(
     let mut choices: Vec<BoxStream<'static, Item>> = dispatches
         .into_iter()
         .map(|d| {
-            // Relay: the request asks for it and this is SGLang's unary answer to the whole
-            // request (one dispatch, no P/D leg), never a split sample.
-            let relay = request.output.relay && d.unary && n_dispatch == 1 && request.pd.is_none();
+            // Relay: the request asks for it and this is SGLang's answer to the whole request
+            // (one dispatch, no P/D leg), never a split sample: its unary answer, or its stream
+            // when the server streams cumulatively (the SGLang format asks for stream relay
+            // only on a cumulative route).
+            let relay = request.output.relay
+                && n_dispatch == 1
+                && request.pd.is_none()
+                && (d.unary || !inner.incremental);
             // A unary answer is one cumulative frame.
             let cfg = DecodeConfig::for_request(
                 &request,
@@ -314,7 +319,7 @@ impl Choice {
                 Phase::Reading(body) => {
                     match self.splitter.next_event() {
                         Ok(Some(event)) => {
-                            self.on_event(&event);
+                            self.on_frame(event);
                             continue;
                         }
                         Ok(None) => {}
@@ -422,7 +427,7 @@ impl Choice {
                     // End of body: a last event may lack its closing blank line.
                     loop {
                         match self.splitter.finish() {
-                            Ok(Some(event)) => self.on_event(&event),
+                            Ok(Some(event)) => self.on_frame(event),
                             Ok(None) => break,
                             Err(too_large) => {
                                 self.too_large(too_large);
@@ -457,6 +462,44 @@ impl Choice {
         self.fail(EngineError::internal(format!(
             "SGLang sent an SSE event larger than the client accepts ({too_large})"
         )));
+    }
+
+    /// One SSE event of a relayed stream: scanned and handed over as the engine's bytes
+    /// ([`FrameDecoder::relay_frame`]), or decoded when the scan does not take it (`[DONE]`,
+    /// error frames) or the stream is not relayed.
+    fn on_frame(&mut self, event: Vec<u8>) {
+        let event = match self.relay.as_deref() {
+            Some(rid) if self.unary.is_none() => match self.decoder.relay_frame(event, rid) {
+                Relay::Output(out) => {
+                    let out = *out;
+                    if out.finish_reason.is_some() {
+                        self.guard.choice_done();
+                        self.pending.push_back(Ok(out));
+                        self.phase = match std::mem::replace(&mut self.phase, Phase::Done) {
+                            Phase::Reading(body) => Phase::Draining(
+                                body,
+                                Instant::now() + self.inner.opts.drain_timeout,
+                            ),
+                            _ => Phase::Done,
+                        };
+                    } else {
+                        if self.grace.started() {
+                            self.guard.fire_again();
+                        }
+                        self.pending.push_back(Ok(out));
+                    }
+                    return;
+                }
+                Relay::Failed(e) => {
+                    self.guard.fire();
+                    self.fail(e);
+                    return;
+                }
+                Relay::Typed(event) => event,
+            },
+            _ => event,
+        };
+        self.on_event(&event);
     }
 
     /// One SSE event of the body.

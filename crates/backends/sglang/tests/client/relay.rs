@@ -164,9 +164,22 @@ async fn what_the_scan_does_not_take_is_decoded_typed() {
         assert_eq!(out.token_ids, [5, 6, 2]);
         assert_eq!(out.finish_reason, Some(FinishReason::Eos { token_id: 2 }));
     }
-    // A streaming or split request never asks for relay.
-    let (req, _) = request(&e, &json!({"input_ids": [1, 2, 3], "stream": true}));
-    assert!(!req.output.relay);
+    // An incremental route, a split or a batch request never asks for relay.
+    let p = prepare(
+        &json!({"input_ids": [1, 2, 3], "stream": true}),
+        e.info(),
+        true,
+    );
+    assert!(!p.subs[0].request.output.relay);
+    let p = prepare(
+        &json!({"input_ids": [[1, 2, 3]], "stream": false}),
+        e.info(),
+        false,
+    );
+    assert!(
+        !p.subs[0].request.output.relay,
+        "a batch of one answers an array"
+    );
     let (req, _) = request(
         &e,
         &json!({"input_ids": [1, 2, 3], "stream": false, "sampling_params": {"n": 2}}),
@@ -271,5 +284,133 @@ async fn cancelling_a_relayed_request_aborts_it_and_relays_the_abort_answer() {
             "mine",
             r#"{"type":"abort","message":"Aborted","status_code":null,"err_type":null}"#
         )
+    );
+}
+
+/// One cumulative SSE frame to `rid` as SGLang writes it: ids so far, a finish on the last.
+fn frame(rid: &str, ids: &[u32], finish: &str) -> String {
+    let list = ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    format!(
+        r#"{{"output_ids":[{list}],"meta_info":{{"id":"{rid}","finish_reason":{finish},"prompt_tokens":3,"weight_version":"default","completion_tokens":{},"cached_tokens":0,"e2e_latency":1e-05,"x_unknown":true}}}}"#,
+        ids.len()
+    )
+}
+
+fn sse_of(frames: &[String]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for f in frames {
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(f.as_bytes());
+        out.extend_from_slice(b"\n\n");
+    }
+    out.extend_from_slice(b"data: [DONE]\n\n");
+    out
+}
+
+#[tokio::test]
+async fn cumulative_frames_are_relayed_with_the_rid_edited() {
+    let fake = fake::start(false).await;
+    let e = connect(&fake).await;
+    let frames = [
+        frame(RID, &[5], "null"),
+        frame(RID, &[5, 6], "null"),
+        frame(RID, &[5, 6, 2], r#"{"type":"stop","matched":2}"#),
+    ];
+    fake.shared
+        .push(Reply::Sse(chunks(&sse_of(&frames), &[11, 40]), End::Close));
+    let (req, p) = request(
+        &e,
+        &json!({"rid": "s-1", "input_ids": [1, 2, 3], "stream": true}),
+    );
+    assert!(
+        req.output.relay,
+        "a cumulative single stream asks for relay"
+    );
+    let items = collect(e.generate(req, CancellationToken::new())).await;
+    let outs: Vec<EngineOutput> = items
+        .into_iter()
+        .map(|i| i.unwrap_or_else(|e| panic!("{e}")))
+        .collect();
+    assert_eq!(outs.len(), 3);
+    // The deltas the frontend sees (TTFT/ITL, metrics) are the new ids of each frame.
+    let deltas: Vec<Vec<u32>> = outs.iter().map(|o| o.token_ids.clone()).collect();
+    assert_eq!(deltas, [vec![5], vec![6], vec![2]]);
+    assert_eq!(
+        outs[2].finish_reason,
+        Some(FinishReason::Eos { token_id: 2 })
+    );
+    assert!(outs.iter().all(|o| o.native.is_some()));
+    let mut assembler = p.assembler;
+    let mut events = Vec::new();
+    for o in outs {
+        assembler
+            .on_output(0, o, &mut events)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    assembler
+        .finish_stream(&mut events)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let got: Vec<String> = events
+        .iter()
+        .map(|e| String::from_utf8_lossy(e).into_owned())
+        .collect();
+    let want: Vec<String> = [
+        frame("s-1", &[5], "null"),
+        frame("s-1", &[5, 6], "null"),
+        frame("s-1", &[5, 6, 2], r#"{"type":"stop","matched":2}"#),
+    ]
+    .to_vec();
+    assert_eq!(
+        got, want,
+        "each frame as the engine sent it, the rid edited"
+    );
+}
+
+#[tokio::test]
+async fn cancelling_a_relayed_stream_relays_the_abort_frame() {
+    let fake = fake::start(false).await;
+    let e = connect(&fake).await;
+    let abort = r#"{"type":"abort","message":"Aborted","status_code":null,"err_type":null}"#;
+    fake.shared.push(Reply::Sse(
+        chunks(&sse_of(&[frame(RID, &[5], "null")])[..], &[4096])
+            .into_iter()
+            // Without the `[DONE]` of `sse_of`: the stream stays open.
+            .map(|c| c.slice(..c.len() - "data: [DONE]\n\n".len()))
+            .collect(),
+        End::OnAbort(chunks(&sse_of(&[frame(RID, &[5, 6], abort)]), &[9])),
+    ));
+    let (req, p) = request(
+        &e,
+        &json!({"rid": "s-2", "input_ids": [1, 2, 3], "stream": true}),
+    );
+    let cancel = CancellationToken::new();
+    let mut s = e.generate(req, cancel.clone());
+    let first = s.next().await.unwrap().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(first.token_ids, [5]);
+    cancel.cancel();
+    let rest = collect(s).await;
+    assert_eq!(
+        fake.shared.aborts(),
+        [json!({"rid": RID, "abort_all": false})]
+    );
+    assert_eq!(rest.len(), 1, "{rest:?}");
+    let last = rest[0].clone().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(last.token_ids, [6]);
+    assert_eq!(
+        last.finish_reason,
+        Some(FinishReason::Cancelled {
+            message: "Aborted".into()
+        })
+    );
+    let mut assembler = p.assembler;
+    let mut events = Vec::new();
+    for o in [first, last] {
+        assembler
+            .on_output(0, o, &mut events)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    assert_eq!(
+        String::from_utf8_lossy(&events[1]),
+        frame("s-2", &[5, 6], abort)
     );
 }

@@ -1,14 +1,16 @@
-//! The relay scan: an SGLang unary answer read only for what genfront derives from it
-//! (output ids, finish reason, usage) and where its `meta_info.id` sits, so the answer itself
-//! can be relayed byte for byte ([`FrameDecoder::relay`]).
+//! The relay scan: an SGLang unary answer ([`FrameDecoder::relay`]) or SSE frame
+//! ([`FrameDecoder::relay_frame`]) read only for what genfront derives from it (output ids,
+//! finish reason, usage) and where its `meta_info.id` sits, so the bytes themselves can be
+//! relayed.
 //!
 //! One pass of `serde_json` over the body into borrowed structs: `meta_info.id` as a borrowed
 //! raw value (its byte range is its offset in the body), the output ids as `u32`s, the finish
 //! reason as a small `Value`, the three counts as integers; every other key (logprob lists,
 //! routed experts, text, `e2e_latency`, unknown keys) is skipped without being built. An answer
-//! the scan does not take as it is (not an object, an `error` key, duplicate keys, a missing
-//! finish reason or `meta_info`, an id that is not the dispatch id, ids or counts that are not
-//! `u32`) goes to the typed decoder instead, which answers it exactly as before.
+//! the scan does not take as it is (not an object, an `error` key, duplicate keys, no
+//! `meta_info`, an id that is not the dispatch id, ids or counts that are not `u32`, a unary
+//! answer without a finish reason, a cumulative frame whose ids shrank without an abort) goes to
+//! the typed decoder instead, which answers it exactly as before.
 
 use genfront_protocol::{EngineError, EngineOutput, NativeAnswer, Usage};
 use serde::Deserialize;
@@ -62,40 +64,74 @@ impl FrameDecoder {
     /// [`EngineOutput::native`], the output ids, the finish reason (mapped as
     /// [`FrameDecoder::decode`] maps it: EOS ids, stop ids, `length`, `Cancelled` for a
     /// plain abort) and the usage; nothing else is decoded. Like a decoded terminal frame, it
-    /// ends the decoder's stream.
+    /// ends the decoder's stream. An answer without a finish reason is [`Relay::Typed`].
     pub fn relay(&mut self, body: Vec<u8>, rid: &str) -> Relay {
+        self.relay_any(body, rid, true)
+    }
+
+    /// Scan one SSE frame (`data` payload) of dispatch `rid` for relay, as [`FrameDecoder::relay`]
+    /// does a unary answer: the output's `token_ids` are the frame's new ids (past those
+    /// delivered, in cumulative mode), its `native` the frame's bytes. A frame with a finish
+    /// reason ends the stream.
+    pub fn relay_frame(&mut self, frame: Vec<u8>, rid: &str) -> Relay {
+        self.relay_any(frame, rid, false)
+    }
+
+    fn relay_any(&mut self, body: Vec<u8>, rid: &str, terminal: bool) -> Relay {
         if self.finished {
             return Relay::Typed(body);
         }
-        let scanned = match scan(&body, rid) {
-            Some(s) => s,
-            None => return Relay::Typed(body),
+        let Some(scanned) = scan(&body, rid) else {
+            return Relay::Typed(body);
         };
         let Scanned {
-            token_ids,
+            mut token_ids,
             finish,
             counts,
             id,
         } = scanned;
-        let completion_default = u32::try_from(token_ids.len()).unwrap_or(u32::MAX);
-        let last_token = token_ids.last().copied();
-        self.finished = true;
-        let finish_reason = match self.finish_reason(&finish, last_token, completion_default) {
-            Ok(f) => f,
-            Err(e) => return Relay::Failed(e),
+        if terminal && finish.is_none() {
+            return Relay::Typed(body);
+        }
+        let is_abort = finish
+            .as_ref()
+            .is_some_and(|f| f.get("type").and_then(Value::as_str) == Some("abort"));
+        // The new ids: all of an incremental frame's; a cumulative frame's past those delivered
+        // (an abort frame may carry fewer: it adds none). Any other shrink is the typed
+        // decoder's contract error.
+        let new_ids = if self.cfg.incremental {
+            token_ids
+        } else if self.delivered <= token_ids.len() {
+            token_ids.split_off(self.delivered)
+        } else if is_abort {
+            Vec::new()
+        } else {
+            return Relay::Typed(body);
+        };
+        let completion_default = u32::try_from(self.delivered + new_ids.len()).unwrap_or(u32::MAX);
+        let last_token = new_ids.last().copied().or(self.last_token);
+        let finish_reason = match finish {
+            None => None,
+            Some(f) => {
+                self.finished = true;
+                match self.finish_reason(&f, last_token, completion_default) {
+                    Ok(f) => Some(f),
+                    Err(e) => return Relay::Failed(e),
+                }
+            }
         };
         let usage = Usage {
             prompt_tokens: counts[0].unwrap_or(self.cfg.prompt_len),
             completion_tokens: counts[1].unwrap_or(completion_default),
             cached_tokens: counts[2].unwrap_or(0),
         };
-        self.delivered = token_ids.len();
+        self.delivered += new_ids.len();
         self.last_token = last_token;
         self.usage = usage;
         Relay::Output(Box::new(EngineOutput {
             index: self.cfg.index,
-            token_ids,
-            finish_reason: Some(finish_reason),
+            token_ids: new_ids,
+            finish_reason,
             usage: Some(usage),
             native: Some(NativeAnswer {
                 body: body.into(),
@@ -109,7 +145,7 @@ impl FrameDecoder {
 /// What the scan read.
 struct Scanned {
     token_ids: Vec<u32>,
-    finish: Value,
+    finish: Option<Value>,
     counts: [Option<u32>; 3],
     id: std::ops::Range<usize>,
 }
@@ -121,7 +157,7 @@ fn scan(body: &[u8], rid: &str) -> Option<Scanned> {
         return None;
     }
     let meta = answer.meta_info;
-    let finish = meta.finish_reason.filter(|f| !f.is_null())?;
+    let finish = meta.finish_reason.filter(|f| !f.is_null());
     // The id must be the dispatch id as a plain JSON string (a minted id needs no escapes).
     let raw = meta.id.get();
     let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
