@@ -909,7 +909,7 @@ fn parse_sampling(sp: &Map<String, Value>, base: Vec<Loc>, issues: &mut Vec<Issu
                 .iter()
                 .filter(|k| so.get(**k).is_some_and(|v| !v.is_null()))
                 .count();
-            (kinds, crate::pyfmt::py_repr(so, 1000))
+            (kinds, structured_outputs_repr(so))
         });
 
     let typed_ints = [s.n, s.top_k, s.min_tokens, s.routed_experts_prompt_start]
@@ -932,6 +932,41 @@ fn parse_sampling(sp: &Map<String, Value>, base: Vec<Loc>, issues: &mut Vec<Issu
             .iter()
             .any(|(k, v)| !FLOAT_KEYS.contains(&k.as_str()) && has_overflow(v));
     s
+}
+
+/// `StructuredOutputsParams.__dict__` as its `__post_init__` prints it (`sampling_params.py:
+/// 102-140`): every field in declaration order with its default when not sent, the two
+/// non-init fields last; a bool field holds what pydantic's lax bool made of the value.
+fn structured_outputs_repr(so: &Map<String, Value>) -> String {
+    const FIELDS: [(&str, &str); 9] = [
+        ("json", "None"),
+        ("regex", "None"),
+        ("choice", "None"),
+        ("grammar", "None"),
+        ("json_object", "None"),
+        ("disable_any_whitespace", "False"),
+        ("disable_additional_properties", "False"),
+        ("whitespace_pattern", "None"),
+        ("structural_tag", "None"),
+    ];
+    let mut out = String::from("{");
+    for (name, default) in FIELDS {
+        out.push_str(&crate::pyfmt::py_str(name));
+        out.push_str(": ");
+        match so.get(name) {
+            None => out.push_str(default),
+            Some(v) => match (name, crate::schema::to_bool(v)) {
+                (
+                    "json_object" | "disable_any_whitespace" | "disable_additional_properties",
+                    Ok(b),
+                ) => out.push_str(if b { "True" } else { "False" }),
+                _ => out.push_str(&crate::pyfmt::py_repr(v, 1000)),
+            },
+        }
+        out.push_str(", ");
+    }
+    out.push_str("'_backend': None, '_backend_was_auto': False}");
+    out
 }
 
 /// Every field of vLLM 0.33.0's `SamplingParams` in declaration order (`sampling_params.py:285-446`,

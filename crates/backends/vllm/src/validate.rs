@@ -534,6 +534,18 @@ pub(crate) fn engine_checks(
         }
     }
     oov_check(&s.stop_token_ids, vocab, "stop_token_ids")?;
+    // The input processor (`v1/engine/input_processor.py:455-462`).
+    let prompt_len = r.token_ids.len() as i128;
+    let start = s.routed_experts_prompt_start;
+    if !(0..=prompt_len).contains(&start.get()) {
+        return Err(validation(
+            format!(
+                "routed_experts_prompt_start must be between 0 and the prompt length ({prompt_len}), inclusive."
+            ),
+            Some("routed_experts_prompt_start"),
+            Some(start.to_string()),
+        ));
+    }
     if resolved.max_tokens.is_none()
         && let Some(context) = engine.context_limit()
     {

@@ -38,12 +38,12 @@ fn n_bounds() {
 fn structured_outputs_need_exactly_one_constraint() {
     assert_bad_request(
         &with_sampling(json!({"structured_outputs": {"disable_any_whitespace": true}})),
-        "You must use one kind of structured outputs constraint but none are specified: {'disable_any_whitespace': True}",
+        "You must use one kind of structured outputs constraint but none are specified: {'json': None, 'regex': None, 'choice': None, 'grammar': None, 'json_object': None, 'disable_any_whitespace': True, 'disable_additional_properties': False, 'whitespace_pattern': None, 'structural_tag': None, '_backend': None, '_backend_was_auto': False}",
         None,
     );
     assert_bad_request(
         &with_sampling(json!({"structured_outputs": {"regex": "a+", "choice": ["a"]}})),
-        "You can only use one kind of structured outputs constraint but multiple are specified: {'regex': 'a+', 'choice': ['a']}",
+        "You can only use one kind of structured outputs constraint but multiple are specified: {'json': None, 'regex': 'a+', 'choice': ['a'], 'grammar': None, 'json_object': None, 'disable_any_whitespace': False, 'disable_additional_properties': False, 'whitespace_pattern': None, 'structural_tag': None, '_backend': None, '_backend_was_auto': False}",
         None,
     );
     assert!(
@@ -52,6 +52,21 @@ fn structured_outputs_need_exactly_one_constraint() {
         ))
         .is_ok()
     );
+}
+
+/// vLLM's input processor bounds `routed_experts_prompt_start` by the prompt
+/// (`v1/engine/input_processor.py:455-462`).
+#[test]
+fn routed_experts_prompt_start_within_the_prompt() {
+    for start in [-1, 4] {
+        assert_bad_request(
+            &with_sampling(json!({"routed_experts_prompt_start": start})),
+            &format!(
+                "routed_experts_prompt_start must be between 0 and the prompt length (3), inclusive. (parameter=routed_experts_prompt_start, value={start})"
+            ),
+            Some("routed_experts_prompt_start"),
+        );
+    }
 }
 
 #[test]
