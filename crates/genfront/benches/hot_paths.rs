@@ -1,7 +1,7 @@
 //! Criterion micro-benchmarks of the per-request and per-token hot paths of both formats:
 //! parse + validate + project, SSE frame assembly per token, unary assembly with logprobs, and
-//! an SGLang unary answer on the typed path (decode → deltas → re-render) against the relay path
-//! (scan → the engine's bytes with the rid edited).
+//! an SGLang unary answer and a cumulative SGLang stream on the typed path (decode → deltas →
+//! re-render) against the relay path (scan → the engine's bytes with the rid edited).
 //!
 //! Run with `cargo bench -p genfront --bench hot_paths`. Numbers are per iteration; compare runs
 //! side by side on the same machine rather than reading absolute times.
@@ -270,5 +270,74 @@ fn bench_relay(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_prepare, bench_assembly, bench_relay);
+/// SGLang's cumulative SSE frames (`data` payloads) for a stream of `TOKENS` tokens to dispatch
+/// `rid`, as the engine writes them (the typed assembler's rendering).
+fn sglang_frames(logprobs: bool, rid: &str) -> Vec<Vec<u8>> {
+    let mut body: serde_json::Value = serde_json::from_slice(&sglang_body(true, logprobs))
+        .unwrap_or_else(|e| panic!("bench body: {e}"));
+    body["rid"] = json!(rid);
+    let p = prepare(&*sglang(false), body.to_string().as_bytes());
+    let mut asm = p.assembler;
+    let mut events = Vec::new();
+    for o in outputs(logprobs) {
+        asm.on_output(0, o, &mut events)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    events.into_iter().map(|e| e.to_vec()).collect()
+}
+
+/// One cumulative SGLang stream from the engine's frames to the client's events: `relay` scans
+/// each frame and relays it (rid edited); otherwise each is decoded and re-rendered.
+fn stream_path(prepared: Prepared, frames: &[Vec<u8>], rid: &str, relay: bool) -> usize {
+    use genfront_sglang::client::{DecodeConfig, FrameDecoder, Relay};
+    let req = &prepared.subs[0].request;
+    let mut dec = FrameDecoder::new(DecodeConfig::for_request(req, 0, false, &[2], None));
+    let mut asm = prepared.assembler;
+    let mut events = Vec::new();
+    let mut bytes = 0;
+    for f in frames {
+        let out = if relay {
+            match dec.relay_frame(f.clone(), rid) {
+                Relay::Output(o) => *o,
+                other => panic!("not relayed: {other:?}"),
+            }
+        } else {
+            dec.decode(f).unwrap_or_else(|e| panic!("{e}"))
+        };
+        asm.on_output(0, out, &mut events)
+            .unwrap_or_else(|e| panic!("{e}"));
+        bytes += events.drain(..).map(|e| e.len()).sum::<usize>();
+    }
+    bytes
+}
+
+fn bench_stream_relay(c: &mut Criterion) {
+    let mut g = c.benchmark_group("sglang_cumulative_stream_256_tokens");
+    g.throughput(Throughput::Elements(u64::from(TOKENS)));
+    let rid = "0123456789abcdef0123456789abcdef";
+    let format = sglang(false);
+    for logprobs in [false, true] {
+        let frames = sglang_frames(logprobs, rid);
+        let body = sglang_body(true, logprobs);
+        let lp = if logprobs { "_logprobs5" } else { "" };
+        for (path, relay) in [("typed", false), ("relay", true)] {
+            g.bench_function(format!("{path}{lp}"), |b| {
+                b.iter_batched(
+                    || prepare(&*format, &body),
+                    |p| black_box(stream_path(p, &frames, rid, relay)),
+                    BatchSize::SmallInput,
+                )
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    bench_prepare,
+    bench_assembly,
+    bench_relay,
+    bench_stream_relay
+);
 criterion_main!(benches);
