@@ -166,6 +166,17 @@ pub(crate) fn validate_and_expand(
         if row.custom_logit_processor {
             return invalid("The server is not configured to enable custom logit processor. Please set `--enable-custom-logit-processor` to enable this feature.".into());
         }
+        // `tokenizer_manager.py:1432-1436`
+        let mode_set = match f.sampling_logprobs_mode {
+            Some(Value::Array(modes)) => modes.get(row.b).is_some_and(|m| !m.is_null()),
+            Some(m) => !m.is_null(),
+            None => false,
+        };
+        if mode_set && !row.return_sampling_mask {
+            return invalid(
+                "sampling_logprobs_mode can only be set when return_sampling_mask=true.".into(),
+            );
+        }
         // _create_tokenized_object: a top-level watermark goes into the sampling kwargs
         // (`tokenizer_manager.py:1553-1559`), checked by SamplingParams.__init__; then
         // SamplingParams(**sampling_params).normalize(None).verify(vocab_size), then the

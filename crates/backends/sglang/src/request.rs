@@ -272,6 +272,14 @@ pub(crate) struct Fields<'a> {
     pub return_sampling_mask: Option<OneOrList<bool>>,
     pub flat_top_logprobs: bool,
     pub flat_top_logprobs_b64: bool,
+    /// `return_flat_raw_output_top_logprobs`.
+    pub flat_output_top_logprobs: bool,
+    /// `multi_item_delimiter_indices` is set.
+    pub multi_item_delimiters: bool,
+    /// `stream`.
+    pub stream: bool,
+    /// `sampling_logprobs_mode` as sent (one mode, or one per batch item).
+    pub sampling_logprobs_mode: Option<&'a Value>,
     pub hidden_states: bool,
     pub routed_experts: bool,
     pub routed_experts_start_len: i128,
@@ -448,6 +456,14 @@ impl<'a> Fields<'a> {
                 "return_flat_raw_top_logprobs_b64",
                 false,
             )?,
+            flat_output_top_logprobs: json::req_lax_bool(
+                obj,
+                "return_flat_raw_output_top_logprobs",
+                false,
+            )?,
+            multi_item_delimiters: present(obj, "multi_item_delimiter_indices").is_some(),
+            stream: json::req_lax_bool(obj, "stream", false)?,
+            sampling_logprobs_mode: present(obj, "sampling_logprobs_mode"),
             hidden_states: hidden_states_requested(obj)?,
             routed_experts: json::req_lax_bool(obj, "return_routed_experts", false)?,
             routed_experts_start_len: match obj.get("routed_experts_start_len") {
@@ -595,8 +611,20 @@ fn normalize(
     if given.iter().all(|g| !g) || given.iter().all(|g| *g) {
         return invalid("Either text, input_ids or input_embeds should be provided.");
     }
-    if f.flat_top_logprobs_b64 && !f.flat_top_logprobs {
-        return invalid("return_flat_raw_top_logprobs_b64 requires return_flat_raw_top_logprobs.");
+    if f.flat_top_logprobs && f.multi_item_delimiters {
+        return invalid(
+            "return_flat_raw_top_logprobs does not support multi-item scoring: delimiter-sparse top logprob rows have no contiguous position mapping.",
+        );
+    }
+    if f.flat_output_top_logprobs && f.stream {
+        return invalid(
+            "return_flat_raw_output_top_logprobs is only set on the finished response and does not support stream=True.",
+        );
+    }
+    if f.flat_top_logprobs_b64 && !(f.flat_top_logprobs || f.flat_output_top_logprobs) {
+        return invalid(
+            "return_flat_raw_top_logprobs_b64 requires return_flat_raw_top_logprobs or return_flat_raw_output_top_logprobs.",
+        );
     }
     // _determine_batch_size
     let (kind, mut is_single, batch_size) = if let Some(text) = &f.text {

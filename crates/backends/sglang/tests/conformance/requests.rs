@@ -56,7 +56,8 @@ fn validation_messages() {
         (r#"{"input_ids":[[1],[2]],"sampling_params":{"n":2},"custom_logit_processor":["a","b"]}"#.into(), "Cannot use list custom_logit_processor with parallel_sample_num > 1".into()),
         (r#"{"input_ids":[[1],[2]],"sampling_params":[{"n":2},{"n":3}]}"#.into(), "The parallel_sample_num should be the same for all samples in sample params.".into()),
         (r#"{"input_ids":[1],"session_id":"s","session_params":{"id":"x"}}"#.into(), "session_id and session_params cannot both be set.".into()),
-        (r#"{"input_ids":[1],"return_flat_raw_top_logprobs_b64":true}"#.into(), "return_flat_raw_top_logprobs_b64 requires return_flat_raw_top_logprobs.".into()),
+        (r#"{"input_ids":[1],"return_flat_raw_top_logprobs_b64":true}"#.into(), "return_flat_raw_top_logprobs_b64 requires return_flat_raw_top_logprobs or return_flat_raw_output_top_logprobs.".into()),
+        (r#"{"input_ids":[1],"sampling_logprobs_mode":"support"}"#.into(), "sampling_logprobs_mode can only be set when return_sampling_mask=true.".into()),
         (r#"{"input_ids":[1],"return_hidden_states":true}"#.into(), "The server is not configured to return hidden states. Please set `--return-hidden-states-mode last`, `--return-hidden-states-mode full`, or the legacy `--enable-return-hidden-states` flag.".into()),
         (r#"{"input_ids":[1],"custom_logit_processor":"x"}"#.into(), "The server is not configured to enable custom logit processor. Please set `--enable-custom-logit-processor` to enable this feature.".into()),
         (r#"{"input_ids":[1],"max_thinking_tokens":5}"#.into(), "max_thinking_tokens requires the server to be launched with --enable-strict-thinking".into()),
@@ -139,6 +140,10 @@ fn streaming_validation_errors_are_200_sse_events() {
         (
             r#"{"input_ids":[1],"stream":true,"sampling_params":{"top_p":2}}"#,
             "top_p must be in (0, 1], got 2.",
+        ),
+        (
+            r#"{"input_ids":[1],"stream":true,"return_flat_raw_output_top_logprobs":true}"#,
+            "return_flat_raw_output_top_logprobs is only set on the finished response and does not support stream=True.",
         ),
     ] {
         let r = rejected(body);
