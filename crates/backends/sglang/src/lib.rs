@@ -80,15 +80,64 @@
 //! Start reading at [`SglangFormat`] (request rules in `request.rs`, `item.rs` and `sampling.rs`,
 //! response rules in `assemble.rs`) or at [`SglangEngine`] (`client/`).
 //!
-//! **JSON contract gate (SGLang 0.5.23)**: after the pydantic pass and before the tokenizer
-//! manager's checks, the body goes through SGLang's generated `GenerateRequest` decoder
-//! (`request::contract`, `http_server.py:933-940`): strict bools and integers, unknown
-//! `sampling_params` keys refused, checked top-level fields (`routing_key`, `custom_labels`,
-//! `modalities`, `max_thinking_tokens`, …), answered 400 `{"error": "<text>"}` also for
-//! `stream: true`. `spec/sglang-native.md` §4.4 predates it.
+//! # Validation parity (SGLang 0.5.23)
 //!
-//! **Deliberate deviations**: integer literals past the 64-bit range reach genfront as floats
-//! (serde_json), so the gate judges them as floats where SGLang's Python sees an `int`.
+//! Request validation follows SGLang 0.5.23's own code, compared body by body with the
+//! validation-oracle tool (`../shared/tools/validation-oracle`), in SGLang's order:
+//!
+//! 1. **Parse**: `orjson` (`ORJSONRequest`, `entrypoints/http_server.py:472-480`) reads integers
+//!    outside `[-2^63, 2^64)` as floats — exactly as serde_json does, so big integers are judged
+//!    as SGLang judges them (no deviation; the note that said otherwise was wrong).
+//! 2. **pydantic bind** (`request::pydantic`): every `GenerateReqInput` field
+//!    (`managers/io_struct.py:177-420`) in pydantic's order (keyword-only `rid`, `session_id`,
+//!    `http_worker_ipc` last), lax python mode, union choices tagged with their labels, every
+//!    error collected; answered 400 `{"object":"error","message":…,"type":"Bad Request"}` with
+//!    FastAPI's `str(exc)` plus the error list (`http_server.py:635-690`), also for `stream: true`.
+//!    `input_ids` has SGLang's `PlainValidator` texts (`utils/field_validators.py:40-81`). The
+//!    endpoint line names `sglang/srt/entrypoints/http_server.py`, line 928, relative to
+//!    site-packages (SGLang prints its install path).
+//! 3. **JSON contract gate** (`request::contract`, `http_server.py:933-940`): strict bools and
+//!    integers, unknown `sampling_params` keys refused, checked top-level fields (`routing_key`,
+//!    `custom_labels`, `modalities`, `max_thinking_tokens`, …): the first violation, 400
+//!    `{"error": "<text>"}`, for `stream: true` too. Values pydantic's lax bind admits (`"yes"`,
+//!    `1.0` for an int) are refused here with serde's text. `spec/sglang-native.md` §4.4
+//!    predates the gate.
+//! 4. **`normalize_batch_and_arguments` / `generate_request`** (`ValueError` → `{"error":
+//!    {"message"}}`, or one SSE error event for `stream: true`): `_validate_inputs`
+//!    (`io_struct.py:440-478`: flat output top logprobs refuse `stream`, `_b64` needs either flat
+//!    flag), batch shape, `max_thinking_tokens`, then `routed_dp_rank` against the DP ranks
+//!    (`tokenizer_manager.py:915-925`).
+//! 5. **Per item** (`item.rs`): input length and vocabulary, `token_ids_logprob`, hidden states,
+//!    custom logit processor, `sampling_logprobs_mode` needs `return_sampling_mask`
+//!    (`tokenizer_manager.py:1432-1436`); the top-level `watermark` moved into the sampling
+//!    kwargs (both set is refused, `tokenizer_manager.py:1553-1559`); `SamplingParams.__init__`'s
+//!    `normalize_watermark_request` (`sampling/watermarking/core.py:163-196`); `normalize`'s stop
+//!    list bounds (32 strings / 32 patterns / 256 bytes) and `raise_if_tokenizer_required`
+//!    (`sampling_params.py:331-470`: stop strings, stop regexes **and `min_new_tokens > 0`**
+//!    need a tokenizer); `verify` (`sampling_params.py:252-329`: `beam_width >= 1`,
+//!    `sampling_seed` in the `i64` range, reasoning end token ids, one of the four grammars —
+//!    an empty one is unset); the watermark against a server without `--enable-watermark`
+//!    (`tokenizer_manager.py:213-225`).
+//! 6. The scheduler's request checks (logprob start, routed experts start, sampling mask).
+//!
+//! **Deliberate deviations** (each counted as a disagreement by the tool):
+//! - `bootstrap_host` / `bootstrap_port` / `bootstrap_room` set by a client are refused (400
+//!   naming the field): genfront's router mints them for P/D; SGLang ignores them on an
+//!   aggregated server.
+//! - `sampling_params.n` above the engine's `max_running_requests` (or genfront's fan-out bound
+//!   when unknown) is refused; SGLang fans out any `n`.
+//! - `beam_width > 1` is refused: genfront serves no beam search.
+//! - `routed_dp_rank` / `data_parallel_rank` are checked only against a native worker's reported
+//!   `dp_size`; for the mock and other engines they are routing hints (RL clients send ranks for
+//!   a fleet genfront routes), where SGLang's single-rank server refuses any rank but 0.
+//! - A pydantic error's `input` is printed up to 2048 bytes (then `...`); SGLang prints it whole,
+//!   twice.
+//! - Bodies SGLang's own code crashes on (500 `Internal Server Error`): a `stop_regex`
+//!   `sre_parse` cannot read, `rid` a list for a single prompt, `text` a list next to one
+//!   `input_ids` prompt get genfront's 400; `sampling_params.n: null`,
+//!   `sampling_params.choice` and unknown `session_params` keys are forwarded.
+//! - JSON syntax errors carry serde_json's text, not orjson's (`json_invalid` with a byte
+//!   offset).
 //!
 //! **Fuzzing**: `tests/fuzz.rs` drives this format's whole request path (parse, validate,
 //! project, the native error answer, the assembler) and the client's frame decoding (SSE bytes →
