@@ -441,7 +441,19 @@ pub(crate) fn parse_with_ids(
     };
     let content_parts = match f.get("content_parts") {
         None | Some(Value::Null) => false,
-        Some(Value::Array(items)) => !items.is_empty(),
+        Some(Value::Array(items)) => {
+            // Each part is a typed dict: a non-object is `dict_type` at its index.
+            let at = child(&f.base, "content_parts");
+            for (i, item) in items.iter().enumerate().filter(|(_, v)| !v.is_object()) {
+                f.issues.push(Issue::new(
+                    "dict_type",
+                    child(&at, i),
+                    "Input should be a valid dictionary",
+                    item,
+                ));
+            }
+            !items.is_empty()
+        }
         Some(other) => {
             f.fail(
                 "content_parts",
@@ -847,7 +859,34 @@ fn parse_sampling(sp: &Map<String, Value>, base: Vec<Loc>, issues: &mut Vec<Issu
         prompt_logprobs: f.opt("prompt_logprobs", int),
         prompt_logprob_token_ids: match f.get("prompt_logprob_token_ids") {
             None | Some(Value::Null) => false,
-            Some(Value::Array(_)) => true,
+            // `list[list[int]]` rows; an element that is not a JSON integer is `int_type`
+            // (vLLM 0.33.0 reads it strictly: `1.5` is not `int_from_float`).
+            Some(Value::Array(rows)) => {
+                let at = child(&f.base, "prompt_logprob_token_ids");
+                for (i, row) in rows.iter().enumerate() {
+                    match row {
+                        Value::Array(ids) => {
+                            for (j, id) in ids.iter().enumerate() {
+                                if !(id.is_i64() || id.is_u64()) {
+                                    f.issues.push(Issue::new(
+                                        "int_type",
+                                        child(&child(&at, i), j),
+                                        "Input should be a valid integer",
+                                        id,
+                                    ));
+                                }
+                            }
+                        }
+                        other => f.issues.push(Issue::new(
+                            "list_type",
+                            child(&at, i),
+                            "Input should be a valid list",
+                            other,
+                        )),
+                    }
+                }
+                true
+            }
             Some(other) => {
                 f.fail(
                     "prompt_logprob_token_ids",

@@ -417,3 +417,26 @@ fn lax_bool_follows_pydantic_core() {
         assert_eq!(to_bool(&v).map_err(|e| e.0), want, "{v}");
     }
 }
+
+/// `prompt_logprob_token_ids` rows and `content_parts` items are typed per element, as vLLM
+/// 0.33.0's pydantic bind reports them.
+#[test]
+fn nested_list_elements_are_typed() {
+    let body = json!({"token_ids": [1, 2, 3],
+        "sampling_params": {"prompt_logprob_token_ids": [[1], "a", [1.5]]}});
+    let m = assert_schema(&body, Some("body.sampling_params"));
+    assert!(
+        m.contains("'type': 'list_type', 'loc': 'body.sampling_params.prompt_logprob_token_ids.1'")
+            && m.contains(
+                "'type': 'int_type', 'loc': 'body.sampling_params.prompt_logprob_token_ids.2.0'"
+            ),
+        "{m}"
+    );
+    let body =
+        json!({"token_ids": [1], "sampling_params": {}, "content_parts": [1, {"type": "x"}, "a"]});
+    let m = assert_schema(&body, Some("body.content_parts.0"));
+    assert!(
+        m.starts_with("2 validation errors:") && m.contains("'loc': 'body.content_parts.2'"),
+        "{m}"
+    );
+}
