@@ -308,6 +308,7 @@ pub(crate) async fn generate(
     // No worker can take it: say so at once (503 + Retry-After), before reading the body —
     // unless a pause (fleet control) is what stands in the way: then wait up to --pause-wait for
     // a resume, and refuse with the retryable `paused` 503 if none comes.
+    tracker.wait_started();
     if !state.router.ready_for(format.name()) {
         if state.router.paused_for(format.name()) {
             if !state
@@ -331,6 +332,7 @@ pub(crate) async fn generate(
         Ok(b) => b,
         Err(e) => return reject(&state, &mut tracker, &*format, &e, false),
     };
+    tracker.wait_ended();
     // The permit is taken only once the body is in: a client trickling its body must not hold
     // one of `--max-concurrent-requests` while it does.
     let permit = match &state.permits {
@@ -509,6 +511,7 @@ async fn dispatch(
         );
         streams.push(dispatched.stream.map(move |item| (i, item)).boxed());
     }
+    tracker.handed_over();
     let worker_header = HeaderValue::from_str(&workers.join(",")).ok();
     let mut guard = RequestGuard {
         tracker,
@@ -550,7 +553,7 @@ async fn dispatch(
     let resp = match unary(outputs, assembler, budget, id_len, &mut guard).await {
         Ok(r) => {
             let resp = native(r);
-            guard.tracker.complete(resp.status().as_u16(), "");
+            guard.tracker.complete_unary(resp.status().as_u16());
             resp
         }
         Err(e) => {

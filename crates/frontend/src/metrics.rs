@@ -28,6 +28,17 @@ pub struct FormatLabels {
     pub format: String,
 }
 
+/// Labels of `genfront_frontend_overhead_seconds`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OverheadLabels {
+    /// Format name.
+    pub format: String,
+    /// Which part of the request: `dispatch` (arrival → engine request handed to the engine
+    /// client, client and pause waits excluded) or `relay` (engine output in hand → encoded
+    /// bytes handed to the client connection).
+    pub stage: String,
+}
+
 /// Labels of `genfront_engine_aborts_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AbortLabels {
@@ -90,6 +101,11 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0001, 2.0, 20))
 }
 
+fn overhead_histogram() -> Histogram {
+    // 5 µs .. ~82 ms (15 buckets, doubling), then +Inf.
+    Histogram::new(exponential_buckets(0.000_005, 2.0, 15))
+}
+
 /// The frontend's metric families (Prometheus text at `GET /metrics`).
 #[derive(Debug)]
 pub struct Metrics {
@@ -99,6 +115,7 @@ pub struct Metrics {
     duration: HistogramFamily<FormatLabels>,
     ttft: HistogramFamily<FormatLabels>,
     itl: HistogramFamily<FormatLabels>,
+    overhead: HistogramFamily<OverheadLabels>,
     input_tokens: Family<FormatLabels, Counter>,
     output_tokens: Family<FormatLabels, Counter>,
     cached_tokens: Family<FormatLabels, Counter>,
@@ -122,6 +139,10 @@ pub(crate) struct FormatHandles {
     pub(crate) duration: Histogram,
     pub(crate) ttft: Histogram,
     pub(crate) itl: Histogram,
+    /// `genfront_frontend_overhead_seconds{stage="dispatch"}`.
+    pub(crate) dispatch_overhead: Histogram,
+    /// `genfront_frontend_overhead_seconds{stage="relay"}`.
+    pub(crate) relay_overhead: Histogram,
     pub(crate) input_tokens: Counter,
     pub(crate) output_tokens: Counter,
     pub(crate) cached_tokens: Counter,
@@ -176,6 +197,13 @@ impl Metrics {
             "inter_token_latency_seconds",
             "Time between consecutive output deltas of a request, per token",
             itl.clone(),
+        );
+        let overhead: HistogramFamily<OverheadLabels> =
+            Family::new_with_constructor(overhead_histogram);
+        registry.register(
+            "frontend_overhead_seconds",
+            "Time genfront itself adds to a request, by stage: dispatch (arrival to the engine request handed to the engine client, once per request, the client's body upload and a pause wait excluded) and relay (an engine output in hand to its encoded bytes handed to the client connection, once per response chunk; unary: last output to the response body ready)",
+            overhead.clone(),
         );
         let input_tokens = Family::<FormatLabels, Counter>::default();
         registry.register(
@@ -237,6 +265,7 @@ impl Metrics {
             duration,
             ttft,
             itl,
+            overhead,
             input_tokens,
             output_tokens,
             cached_tokens,
@@ -303,6 +332,8 @@ impl Metrics {
             duration: self.duration.get_or_create(&l).clone(),
             ttft: self.ttft.get_or_create(&l).clone(),
             itl: self.itl.get_or_create(&l).clone(),
+            dispatch_overhead: self.overhead_stage(format, "dispatch"),
+            relay_overhead: self.overhead_stage(format, "relay"),
             input_tokens: self.input_tokens.get_or_create(&l).clone(),
             output_tokens: self.output_tokens.get_or_create(&l).clone(),
             cached_tokens: self.cached_tokens.get_or_create(&l).clone(),
@@ -315,6 +346,15 @@ impl Metrics {
                 })
                 .clone(),
         }
+    }
+
+    fn overhead_stage(&self, format: &str, stage: &str) -> Histogram {
+        self.overhead
+            .get_or_create(&OverheadLabels {
+                format: format.to_owned(),
+                stage: stage.to_owned(),
+            })
+            .clone()
     }
 
     pub(crate) fn request_done(&self, route: &str, format: &str, status: u16, error_type: &str) {

@@ -5,6 +5,7 @@ use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use bytes::Bytes;
 use futures::Stream;
@@ -27,6 +28,11 @@ pub(crate) struct SseBody {
     /// An output already taken from `outputs` (the handler waits for it before the headers);
     /// `Some(None)`: `outputs` had already ended.
     first: Option<Option<Tagged>>,
+    /// When `first` was in hand (taken when the body is made, right after it arrived).
+    first_at: Option<Instant>,
+    /// When the first engine item of the chunk being built was in hand: the start of its
+    /// `genfront_frontend_overhead_seconds{stage="relay"}` observation.
+    chunk_from: Option<Instant>,
     assembler: Box<dyn Assembler>,
     format: Arc<dyn GenerateFormat>,
     events: Vec<Bytes>,
@@ -47,9 +53,12 @@ impl SseBody {
         guard: RequestGuard,
         cap: (u64, LimitMetrics),
     ) -> Self {
+        let first_at = first.is_some().then(Instant::now);
         Self {
             outputs,
             first,
+            first_at,
+            chunk_from: None,
             assembler,
             format,
             events: Vec::new(),
@@ -81,17 +90,33 @@ impl SseBody {
 impl Stream for SseBody {
     type Item = Result<Bytes, Infallible>;
 
+    /// The next body chunk; each one holding events of an engine item is observed in
+    /// `genfront_frontend_overhead_seconds{stage="relay"}`, from its first item in hand to here
+    /// (one clock read per chunk beyond the tracker's per-output one).
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
+        let polled = this.poll_chunk(cx);
+        if let Poll::Ready(Some(_)) = &polled
+            && let Some(from) = this.chunk_from.take()
+        {
+            this.guard.tracker.relayed(from);
+        }
+        polled
+    }
+}
+
+impl SseBody {
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, Infallible>>> {
+        let this = self;
         loop {
             if this.done {
                 return Poll::Ready(None);
             }
             // Events of outputs that were already ready are coalesced into one body chunk (one
             // write to the client instead of one per token); nothing waits for more to arrive.
-            let polled = match this.first.take() {
-                Some(item) => Poll::Ready(item),
-                None => this.outputs.poll_next_unpin(cx),
+            let (polled, at) = match this.first.take() {
+                Some(item) => (Poll::Ready(item), this.first_at.take()),
+                None => (this.outputs.poll_next_unpin(cx), None),
             };
             let polled = match polled {
                 Poll::Ready(item) => item,
@@ -101,7 +126,9 @@ impl Stream for SseBody {
             let before = this.events.len();
             match polled {
                 Some((sub, Ok(out))) => {
-                    this.guard.tracker.observe(sub, &out);
+                    let now = at.unwrap_or_else(Instant::now);
+                    this.chunk_from.get_or_insert(now);
+                    this.guard.tracker.observe_at(sub, &out, now);
                     if let Err(e) = this.assembler.on_output(sub, out, &mut this.events) {
                         this.events.truncate(before);
                         return Poll::Ready(Some(Ok(this.fail(&e))));
@@ -129,6 +156,8 @@ impl Stream for SseBody {
                     }
                 }
                 Some((_, Err(e))) => {
+                    this.chunk_from
+                        .get_or_insert_with(|| at.unwrap_or_else(Instant::now));
                     return Poll::Ready(Some(Ok(this.fail(&GenerateError::from(e)))));
                 }
                 None => {

@@ -3,7 +3,7 @@
 //! `finish()`.
 
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use genfront_protocol::EngineOutput;
 
@@ -37,6 +37,13 @@ pub(crate) struct Tracker {
     arrival_unix_ms: u128,
     first_token: Option<Instant>,
     last_token: Option<Instant>,
+    /// Start of a wait that is not the frontend's cost (pause wait, body upload), see
+    /// [`Tracker::wait_started`].
+    wait_from: Option<Instant>,
+    /// Time spent in such waits so far.
+    waited: Duration,
+    /// When the last engine output was in hand (the relay stage of a unary answer starts here).
+    last_output: Option<Instant>,
     pub(crate) client_id: Option<String>,
     subs: Vec<SubTrack>,
     outcome: Option<(u16, &'static str)>,
@@ -61,11 +68,45 @@ impl Tracker {
             arrival_unix_ms,
             first_token: None,
             last_token: None,
+            wait_from: None,
+            waited: Duration::ZERO,
+            last_output: None,
             client_id: None,
             subs: Vec::new(),
             outcome: None,
             trace,
         }
+    }
+
+    /// A wait that is not the frontend's own cost starts now: waiting for a pause to lift and
+    /// for the client's body to arrive. Ended by [`Tracker::wait_ended`]; the time between is
+    /// left out of `genfront_frontend_overhead_seconds{stage="dispatch"}`.
+    pub(crate) fn wait_started(&mut self) {
+        self.wait_from = Some(Instant::now());
+    }
+
+    /// The wait begun by [`Tracker::wait_started`] is over (the body is fully read).
+    pub(crate) fn wait_ended(&mut self) {
+        if let Some(from) = self.wait_from.take() {
+            self.waited += from.elapsed();
+        }
+    }
+
+    /// Every engine request of this request is handed to its engine client: observe
+    /// `genfront_frontend_overhead_seconds{stage="dispatch"}`, the time since arrival less the
+    /// waits (seconds). Called once per request, after the last sub-request is dispatched.
+    pub(crate) fn handed_over(&mut self) {
+        let spent = self.arrival.elapsed().saturating_sub(self.waited);
+        self.handles.dispatch_overhead.observe(spent.as_secs_f64());
+    }
+
+    /// A response chunk made from engine outputs, the first of them in hand at `from`, is
+    /// handed to the client connection now: observe
+    /// `genfront_frontend_overhead_seconds{stage="relay"}` (seconds).
+    pub(crate) fn relayed(&self, from: Instant) {
+        self.handles
+            .relay_overhead
+            .observe(from.elapsed().as_secs_f64());
     }
 
     /// Record a dispatched engine request.
@@ -121,10 +162,17 @@ impl Tracker {
         }
     }
 
-    /// Observe one engine output of sub-request `sub` (before the assembler consumes it).
+    /// Observe one engine output of sub-request `sub` (before the assembler consumes it), in
+    /// hand now.
     pub(crate) fn observe(&mut self, sub: usize, out: &EngineOutput) {
+        self.observe_at(sub, out, Instant::now());
+    }
+
+    /// [`Tracker::observe`] for an output in hand since `now` (the clock read once per output,
+    /// shared with the relay stage).
+    pub(crate) fn observe_at(&mut self, sub: usize, out: &EngineOutput, now: Instant) {
+        self.last_output = Some(now);
         if !out.token_ids.is_empty() {
-            let now = Instant::now();
             let k = out.token_ids.len();
             match self.last_token {
                 None => self
@@ -164,11 +212,29 @@ impl Tracker {
 
     /// The response is complete (last byte handed over) with `status` and `error_type`.
     pub(crate) fn complete(&mut self, status: u16, error_type: &'static str) {
+        self.complete_at(status, error_type, Instant::now());
+    }
+
+    /// A unary answer's body is ready, with `status`: observe the relay stage (from the last
+    /// engine output in hand, [`Tracker::observe`]) and complete the request.
+    pub(crate) fn complete_unary(&mut self, status: u16) {
+        let now = Instant::now();
+        if self.outcome.is_none()
+            && let Some(from) = self.last_output
+        {
+            self.handles
+                .relay_overhead
+                .observe(now.saturating_duration_since(from).as_secs_f64());
+        }
+        self.complete_at(status, "", now);
+    }
+
+    fn complete_at(&mut self, status: u16, error_type: &'static str, now: Instant) {
         if self.outcome.is_none() {
             self.outcome = Some((status, error_type));
             self.handles
                 .duration
-                .observe(self.arrival.elapsed().as_secs_f64());
+                .observe(now.saturating_duration_since(self.arrival).as_secs_f64());
         }
     }
 }
