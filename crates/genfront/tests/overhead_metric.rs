@@ -197,3 +197,116 @@ async fn a_slow_body_upload_is_not_counted_as_frontend_overhead() {
         "dispatch overhead {spent} s for a request of {total} s whose body took {pause:?} to arrive"
     );
 }
+
+/// A scripted SGLang HTTP engine (cumulative streaming, no tokenizer) answering every
+/// `/generate` with two tokens: genfront's SGLang client relays its bytes (issue 15's fast
+/// path), and both stages are still observed.
+async fn scripted_sglang() -> String {
+    use axum::routing::{get, post};
+    async fn info() -> axum::Json<serde_json::Value> {
+        axum::Json(json!({
+            "model_path": "org/tiny", "context_length": 4096, "max_running_requests": 8,
+            "incremental_streaming_output": false, "skip_tokenizer_init": true,
+            "version": "0.5.0", "is_generation": true,
+        }))
+    }
+    async fn generate(body: axum::body::Bytes) -> axum::response::Response {
+        use axum::response::IntoResponse;
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+        let rid = v["rid"].as_str().unwrap_or_default().to_owned();
+        let meta = |finish: &str, n: u32| {
+            format!(
+                r#""meta_info":{{"id":"{rid}","finish_reason":{finish},"prompt_tokens":3,"completion_tokens":{n},"cached_tokens":0,"e2e_latency":0.001}}"#
+            )
+        };
+        let eos = r#"{"type":"stop","matched":2}"#;
+        if v["stream"] == json!(true) {
+            let body = format!(
+                "data: {{\"output_ids\":[5],{}}}\n\ndata: {{\"output_ids\":[5,2],{}}}\n\ndata: [DONE]\n\n",
+                meta("null", 1),
+                meta(eos, 2)
+            );
+            return ([("content-type", "text/event-stream")], body).into_response();
+        }
+        let body = format!(r#"{{"text":"","output_ids":[5,2],{}}}"#, meta(eos, 2));
+        ([("content-type", "application/json")], body).into_response()
+    }
+    let app = axum::Router::new()
+        .route("/get_server_info", get(info))
+        .route("/server_info", get(info))
+        .route("/get_model_info", get(info))
+        .route("/model_info", get(info))
+        .route("/health", get(|| async { "" }))
+        .route("/generate", post(generate))
+        .route("/abort_request", post(|| async { "" }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    url
+}
+
+#[tokio::test]
+async fn relayed_sglang_answers_and_streams_are_observed_too() {
+    let engine = scripted_sglang().await;
+    let (url, server, _stop) =
+        common::genfront(&["--worker".to_owned(), format!("sglang={engine}")]).await;
+    assert!(server.wait_ready(Duration::from_secs(10)).await, "ready");
+    let client = reqwest::Client::new();
+    let scrape = || async {
+        client
+            .get(format!("{url}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    };
+    let before = scrape().await;
+    let (d0, r0) = (stage(&before, "dispatch"), stage(&before, "relay"));
+    let body = json!({"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}});
+    let r = client
+        .post(format!("{url}/generate"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let text = r.text().await.unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let id = v["meta_info"]["id"].as_str().unwrap();
+    // The engine's bytes, only the id edited: the relay path answered.
+    assert_eq!(
+        text,
+        format!(
+            r#"{{"text":"","output_ids":[5,2],"meta_info":{{"id":"{id}","finish_reason":{{"type":"stop","matched":2}},"prompt_tokens":3,"completion_tokens":2,"cached_tokens":0,"e2e_latency":0.001}}}}"#
+        )
+    );
+    let mut stream = body.clone();
+    stream["stream"] = json!(true);
+    let r = client
+        .post(format!("{url}/generate"))
+        .json(&stream)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let events = sse_events(&r.text().await.unwrap());
+    assert_eq!(events.len(), 2);
+    let m = scrape().await;
+    let (d1, r1) = (stage(&m, "dispatch"), stage(&m, "relay"));
+    assert_eq!(d1.0 - d0.0, 2.0, "{m}");
+    let relay = r1.0 - r0.0;
+    // The unary answer once, the stream once per chunk (its two frames may share one).
+    assert!(
+        (2.0..=3.0).contains(&relay),
+        "relay observations {relay}: {m}"
+    );
+    assert!(d1.1 > d0.1 && r1.1 > r0.1, "{m}");
+    assert!(
+        (d1.1 - d0.1) / 2.0 < 0.05 && (r1.1 - r0.1) / relay < 0.05,
+        "{m}"
+    );
+}
