@@ -358,7 +358,8 @@ pub(crate) fn decode_body(
         ));
     }
     match parsed {
-        None => Err(schema_error(&[Issue::missing(
+        // An empty body, or JSON `null`: FastAPI sees no body (`missing`).
+        None | Some(Value::Null) => Err(schema_error(&[Issue::missing(
             loc(["body".into()]),
             &Value::Null,
         )])),
@@ -927,7 +928,7 @@ fn parse_sampling(sp: &Map<String, Value>, base: Vec<Loc>, issues: &mut Vec<Issu
         && let Err((kind, msg)) = output_kind(v)
     {
         let mut issue = Issue::new(kind, child(&f.base, "output_kind"), msg, v);
-        issue.ctx = Some("{'expected': '0, 1 or 2'}".to_owned());
+        issue.ctx = (kind == "enum").then(|| "{'expected': '0, 1 or 2'}".to_owned());
         f.issues.push(issue);
     }
     f.req("skip_clone", false, to_bool);
@@ -1075,9 +1076,25 @@ fn sort_by_declaration(issues: &mut [Issue]) {
 /// pydantic's enum validator looks the value up by equality, so `1`, `1.0` and `true` are
 /// members; `"1"`, `null` and `3` are the `enum` error.
 fn output_kind(v: &Value) -> Result<(), (&'static str, &'static str)> {
+    const SIZE: (&str, &str) = (
+        "int_parsing_size",
+        "Unable to parse input string as an integer, exceeded maximum size",
+    );
     let member = match v {
         Value::Bool(_) => true,
-        Value::Number(n) => n.as_f64().is_some_and(|x| x == 0.0 || x == 1.0 || x == 2.0),
+        // Read as an `i64` before the members are compared: past it is `int_parsing_size`.
+        Value::Number(n) if n.is_i64() => n.as_i64().is_some_and(|x| (0..=2).contains(&x)),
+        Value::Number(n) if n.is_u64() => return Err(SIZE),
+        Value::Number(n) => {
+            let x = n.as_f64().unwrap_or(f64::NAN);
+            if x.is_finite()
+                && x.fract() == 0.0
+                && !((i64::MIN as f64) < x && x < (i64::MAX as f64))
+            {
+                return Err(SIZE);
+            }
+            x == 0.0 || x == 1.0 || x == 2.0
+        }
         _ => false,
     };
     if member {
@@ -1144,7 +1161,21 @@ fn parse_stop(f: &mut Fields<'_, '_>) -> Vec<String> {
     match f.get("stop") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::String(s)) => vec![s.clone()],
-        Some(Value::Array(_)) => f.str_list("stop").unwrap_or_default(),
+        Some(list @ Value::Array(_)) => {
+            // A list with a bad item fails both union members: the `str` one first.
+            let before = f.issues.len();
+            let out = f.str_list("stop").unwrap_or_default();
+            if f.issues.len() > before {
+                let issue = Issue::new(
+                    "string_type",
+                    child(&f.base, "stop"),
+                    "Input should be a valid string",
+                    list,
+                );
+                f.issues.insert(before, issue);
+            }
+            out
+        }
         Some(other) => {
             let base = child(&f.base, "stop");
             f.issues.push(Issue::new(

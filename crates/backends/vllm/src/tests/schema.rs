@@ -440,3 +440,48 @@ fn nested_list_elements_are_typed() {
         "{m}"
     );
 }
+
+/// A bad `stop` list fails both union members (`str` first, then the list's items); an
+/// `output_kind` past `i64` is `int_parsing_size`, not the enum error; a JSON `null` body is
+/// FastAPI's `missing` body.
+#[test]
+fn stop_union_output_kind_size_and_null_body() {
+    let m = assert_schema(
+        &json!({"token_ids": [1], "sampling_params": {"stop": [1]}}),
+        Some("body.sampling_params"),
+    );
+    let str_branch =
+        m.find("'loc': 'body.sampling_params.stop', 'msg': 'Input should be a valid string'");
+    let item = m.find("'loc': 'body.sampling_params.stop.0'");
+    assert!(
+        str_branch.is_some() && item.is_some() && str_branch < item,
+        "{m}"
+    );
+    let m = assert_schema(
+        &json!({"token_ids": [1], "sampling_params": {"output_kind": 9223372036854775808u64}}),
+        Some("body.sampling_params"),
+    );
+    assert!(
+        m.contains("'type': 'int_parsing_size', 'loc': 'body.sampling_params.output_kind'")
+            && !m.contains("'expected'"),
+        "{m}"
+    );
+    let m = assert_schema(
+        &json!({"token_ids": [1], "sampling_params": {"output_kind": 9223372036854775807i64}}),
+        Some("body.sampling_params"),
+    );
+    assert!(m.contains("'type': 'enum'"), "{m}");
+    let r = super::support::prepare_raw(
+        b"null",
+        &super::support::json_headers(),
+        &super::support::engine(),
+    )
+    .expect_err("null body");
+    assert!(
+        r.error
+            .public_message()
+            .contains("{'type': 'missing', 'loc': 'body', 'msg': 'Field required'"),
+        "{:?}",
+        r.error
+    );
+}
