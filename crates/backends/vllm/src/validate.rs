@@ -7,6 +7,45 @@
 //! 2. in `serve_tokens` before the engine is called ([`serve_checks`]);
 //! 3. in the engine's input processor, on the generator's first step ([`engine_checks`]); for a
 //!    streaming request vLLM reports these inside the 200 SSE stream.
+//!
+//! # vLLM 0.33.0 rules checked against the wheel (issue 12)
+//!
+//! Compared body by body with the validation-oracle tool; where `../shared/spec` says otherwise,
+//! these win:
+//! - pydantic's lax `bool` reads a number as an `i64` first (pydantic-core `float_as_int`): `0.5`,
+//!   `inf`, anything past the `i64` range is `bool_type`, `2` / `2.0` `bool_parsing`; strings are
+//!   not stripped (`' t '` is refused) (`schema::to_bool`).
+//! - `stream_options`, `parse_context`, `reasoning_parser_kwargs` that are not objects are
+//!   `model_attributes_type` (FastAPI validates with `from_attributes`); `structured_outputs` is
+//!   the `dataclass_type` of `StructuredOutputsParams`; a JSON `null` body is `missing`.
+//! - The structured-outputs refusals print `StructuredOutputsParams.__dict__` — every field with
+//!   its default and the non-init `_backend` pair (`sampling_params.py:102-140`).
+//! - `stop` lists with a bad item fail both union members, the `str` one first;
+//!   `prompt_logprob_token_ids` rows and ids and `content_parts` items are typed per element;
+//!   `output_kind` past `i64` is `int_parsing_size`.
+//! - `routed_experts_prompt_start` must lie in `[0, prompt_len]`
+//!   (`v1/engine/input_processor.py:455-462`).
+//!
+//! # Deliberate deviations and known gaps (vLLM 0.33.0)
+//!
+//! - An explicit `max_tokens` past the context is refused (`prompt_too_long`, the bound of vLLM
+//!   PR #54175): the 0.33.0 wheel admits it (`input_processor.py:476-487` only fills an unset
+//!   one) and its server does not survive unbounded values (fixture
+//!   `test_generate_rejects_unbounded_max_tokens`).
+//! - `stream_options` without `stream`, and `prompt_logprobs` / `prompt_logprob_token_ids` with
+//!   `stream: true`, are refused as vLLM's Rust frontend refuses them; the Python server admits
+//!   them.
+//! - Structured outputs on a tokens-only engine are forwarded (the mocker ignores constraints;
+//!   a real `--skip-tokenizer-init` vLLM answers its own 400, `sampling_params.py:1242-1245`).
+//! - Checks that depend on server flags genfront does not know are left to the engine:
+//!   `thinking_token_budget` (reasoning config, `input_processor.py:204-211`),
+//!   `trace_decode_token_ids` (`--enable-trace-replay`).
+//! - Known gap: `prompt_logprob_start` without `prompt_logprob_token_ids` is admitted (genfront
+//!   reads it as the start of `prompt_logprobs`); 0.33.0 refuses it
+//!   (`sampling_params.py:1043-1048`). Changing it needs the engine clients' projection.
+//! - Integers past the 64-bit range reach genfront as floats (serde_json without arbitrary
+//!   precision; vLLM's `json` keeps Python ints): their digits in messages are the float's, and
+//!   `1e30` is judged like the literal `1000000000000000000000000000000`.
 
 use genfront_format::GenerateError;
 use genfront_protocol::EngineInfo;
