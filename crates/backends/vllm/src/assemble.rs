@@ -14,6 +14,17 @@
 //! routed experts came with vLLM's own base64 `.npy` text is rendered with that text (so vLLM's
 //! dtype, e.g. `uint8`, survives) instead of a re-encoded `<i4`. A flat
 //! `{"weight_versions": …}` object is accepted too.
+//!
+//! **Relay** (issue 15): a unary request the format marked
+//! [`OutputOptions::relay`](genfront_protocol::OutputOptions::relay) (one sample, nothing
+//! genfront renders itself) may be answered by genfront's vLLM engine client with vLLM's own
+//! unary body ([`EngineOutput::native`], the choice's one output). The assembler then sends
+//! those bytes with one edit, `request_id` (the engine's `generate-tokens-<dispatch id>`)
+//! replaced by the client-visible id, and renders nothing: every other byte — key order, float
+//! spelling, `created`, `model`, usage, logprobs, routed experts, `metrics`, unknown keys — is
+//! vLLM's. Outputs without native bytes (another engine kind, the mocker, a P/D pair, the
+//! `Cancelled` finish the client makes itself when vLLM sent no answer within the cancel grace)
+//! take the typed path above, for the same request.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -91,6 +102,8 @@ pub(crate) struct VllmAssembler {
     metrics: Option<Value>,
     cached_tokens: Option<u32>,
     prompt_ids_sent: bool,
+    /// vLLM's own unary answer, relayed as it is but for its `request_id` (module docs).
+    relayed: Option<genfront_protocol::NativeAnswer>,
 }
 
 impl VllmAssembler {
@@ -110,6 +123,7 @@ impl VllmAssembler {
             metrics: None,
             cached_tokens: None,
             prompt_ids_sent: false,
+            relayed: None,
         }
     }
 
@@ -291,6 +305,44 @@ impl VllmAssembler {
     }
 }
 
+impl VllmAssembler {
+    /// Take vLLM's relayed unary answer (the choice's one output, module docs): keep the bytes
+    /// for [`Assembler::finish_unary`] and the scanned finish and token count for the
+    /// completeness checks.
+    ///
+    /// # Errors
+    /// A contract error for a streamed response, a request with more than one choice, another
+    /// choice index, or a choice that already received outputs; the engine's error finish as
+    /// vLLM's 500 (as on the typed path).
+    fn relay(
+        &mut self,
+        out: EngineOutput,
+        native: genfront_protocol::NativeAnswer,
+    ) -> Result<(), GenerateError> {
+        if self.cfg.stream || self.cfg.n != 1 || out.index != 0 {
+            return Err(contract(
+                "a relayed answer for a request that is not a unary one-choice one",
+            ));
+        }
+        let Some(choice) = self.choices.first_mut() else {
+            return Err(contract("choice index out of range"));
+        };
+        if choice.finish.is_some() || !choice.token_ids.is_empty() || self.relayed.is_some() {
+            return Err(contract("a relayed answer after other outputs"));
+        }
+        let Some(finish) = out.finish_reason else {
+            return Err(contract("a relayed answer without a finish reason"));
+        };
+        if let FinishReason::Error { message } = finish {
+            return Err(GenerateError::Engine(EngineError::internal(message)));
+        }
+        choice.completion_tokens = u32::try_from(out.token_ids.len()).unwrap_or(u32::MAX);
+        choice.finish = Some(finish);
+        self.relayed = Some(native);
+        Ok(())
+    }
+}
+
 fn contract(what: &str) -> GenerateError {
     GenerateError::Internal(format!("engine output breaks the contract: {what}"))
 }
@@ -337,6 +389,9 @@ impl Assembler for VllmAssembler {
     ) -> Result<(), GenerateError> {
         if sub != 0 {
             return Err(contract("output for an unknown sub-request"));
+        }
+        if let Some(native) = out.native.take() {
+            return self.relay(out, native);
         }
         let index = out.index as usize;
         match self.choices.get(index) {
@@ -412,6 +467,14 @@ impl Assembler for VllmAssembler {
 
     fn finish_unary(self: Box<Self>) -> Result<NativeResponse, GenerateError> {
         incomplete(&self.choices)?;
+        if let Some(native) = &self.relayed {
+            let id = serde_json::to_vec(self.cfg.request_id.as_str())
+                .map_err(|e| GenerateError::Internal(format!("serialising an id: {e}")))?;
+            return Ok(NativeResponse::json(
+                StatusCode::OK,
+                Bytes::from(native.with_ids(&id)),
+            ));
+        }
         let total = self
             .choices
             .iter()

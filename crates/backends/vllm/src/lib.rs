@@ -80,7 +80,17 @@
 //! - **Unary upstream** when the answer needs a field only vLLM's unary body carries: prompt
 //!   logprobs (streams cannot carry them), `prompt_logprob_token_ids`, and the P/D prefill leg's
 //!   returned `kv_transfer_params` (`do_remote_decode: true`). The unary body is decoded into one
-//!   delta per choice. Everything else streams.
+//!   delta per choice. Everything else streams, except a relayed request (below).
+//! - **Relay** (issue 15; [`genfront_protocol::OutputOptions::relay`], set by the format for a
+//!   unary request of one choice whose output genfront keeps, no P/D leg): the client's own body
+//!   goes upstream with `stream: false`, and vLLM's unary answer is only scanned (the choice's
+//!   `token_ids`, `finish_reason` / `stop_reason`, `usage.prompt_tokens`,
+//!   `prompt_tokens_details.cached_tokens`, where `request_id` sits) and handed over whole as
+//!   [`genfront_protocol::EngineOutput::native`]; the assembler sends it with only `request_id`
+//!   edited (`client/decode/relay.rs`, `assemble.rs`). A body the scan does not take (an error,
+//!   another id, not one choice) is decoded as before. A unary call cancelled before vLLM's
+//!   headers (which vLLM writes with the whole answer) still waits the cancel grace for the
+//!   aborted answer and its partial tokens.
 //! - Headers: `X-Request-Id`, `X-data-parallel-rank` (routing `dp_rank`), `X-Session-ID`,
 //!   `Authorization: Bearer` with [`VllmEngineOptions::api_key`].
 //!
@@ -425,7 +435,7 @@ impl VllmFormat {
         })?;
         let request_id = project::client_request_id(input.headers, req.request_id.as_deref());
         let stream = req.stream;
-        let (request, config) = project::project(
+        let (mut request, config) = project::project(
             map,
             req,
             resolved,
@@ -434,6 +444,12 @@ impl VllmFormat {
             &self.flags,
             request_id.clone(),
         );
+        // Relay (issue 15; vLLM's own answer with only `request_id` edited, `assemble.rs`): a
+        // unary answer of one choice whose output genfront does not discard (`max_tokens: 0`)
+        // and no P/D leg of this format's own; genfront's vLLM engine client honours it only
+        // for this body on a vLLM engine.
+        request.output.relay =
+            !stream && config.n == 1 && request.pd.is_none() && request.stop.max_tokens != Some(0);
         Ok(Prepared {
             client_id: Some(request_id.clone()),
             stream,

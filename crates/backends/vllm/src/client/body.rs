@@ -54,6 +54,9 @@ pub(crate) struct Upstream {
     pub body: Vec<u8>,
     /// Sent with `stream: false` (the answer is one JSON body).
     pub unary: bool,
+    /// The answer is relayed ([`relayable`]): the unary body is only scanned and handed over
+    /// whole as [`genfront_protocol::EngineOutput::native`].
+    pub relay: bool,
     /// The private dispatch id (`X-Request-Id`); vLLM calls the request
     /// `generate-tokens-<id>`.
     pub request_id: String,
@@ -97,6 +100,21 @@ fn needs_unary(request: &EngineRequest) -> bool {
     request.output.prompt_logprobs.is_some() || native_prompt_ids || prefill_leg
 }
 
+/// Whether the engine's answer is the client's own, so it can be relayed byte for byte with
+/// only `request_id` edited (issue 15; the vLLM format asks with
+/// [`genfront_protocol::OutputOptions::relay`]): a vLLM client's own body, one sample, not a
+/// P/D leg, its output kept (`max_tokens: 0` is sent as 1 and dropped), and a unary client
+/// (its body then goes upstream with `stream: false`, so vLLM writes the unary answer the
+/// client asked for).
+fn relayable(request: &EngineRequest) -> bool {
+    request.output.relay
+        && !request.output.stream
+        && request.native.format == FORMAT_NAME
+        && request.pd.is_none()
+        && request.sampling.n == 1
+        && request.stop.max_tokens != Some(0)
+}
+
 /// Build the upstream request and the decoder spec.
 ///
 /// # Errors
@@ -111,7 +129,8 @@ pub(crate) fn build(
         // The frontend always mints one; a bare caller still gets an abortable id.
         request.request_id = uuid::Uuid::new_v4().simple().to_string();
     }
-    let unary = needs_unary(&request);
+    let relay = relayable(&request);
+    let unary = relay || needs_unary(&request);
     let prefill = request
         .pd
         .as_ref()
@@ -151,6 +170,7 @@ pub(crate) fn build(
         Upstream {
             body,
             unary,
+            relay,
             request_id: request.request_id,
             dp_rank: request.routing.dp_rank,
             session_id: request.routing.session_id,

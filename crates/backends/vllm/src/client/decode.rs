@@ -807,3 +807,7 @@ fn prompt_entry(value: &Value, token: u32, k: usize) -> Option<TokenLogprob> {
         selected: Vec::new(),
     })
 }
+
+mod relay;
+
+pub(crate) use relay::Relay;

@@ -11,7 +11,7 @@ use http::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
 use tokio_util::sync::CancellationToken;
 
 use super::body::Upstream;
-use super::decode::{Decoder, Flow, Item};
+use super::decode::{Decoder, Flow, Item, Relay};
 use crate::project::REQUEST_ID_PREFIX;
 
 /// Largest SSE event, unary body or error body accepted from vLLM (routed experts of a long
@@ -51,6 +51,9 @@ struct Run {
     /// dropped connection is the abort (vLLM aborts on disconnect).
     abort: AbortGuard,
     queue: VecDeque<Item>,
+    /// `Some(native id)` when the unary answer is relayed (scanned, not decoded:
+    /// [`Decoder::relay_unary`]).
+    relay: Option<String>,
 }
 
 /// The output stream of one request.
@@ -61,6 +64,7 @@ pub(crate) fn stream(
     cancel: CancellationToken,
 ) -> OutputStream {
     let native_id = format!("{REQUEST_ID_PREFIX}{}", upstream.request_id);
+    let relay = upstream.relay.then(|| native_id.clone());
     let abort = AbortGuard::new(AbortCall::new(
         shared.http.clone(),
         Arc::clone(&shared.abort_url),
@@ -75,6 +79,7 @@ pub(crate) fn stream(
         cancel,
         abort,
         queue: VecDeque::new(),
+        relay,
     };
     Box::pin(futures::stream::unfold(run, |mut run| async move {
         let item = run.next().await?;
@@ -158,15 +163,29 @@ impl Run {
         }
         let unary = upstream.unary;
         let call = call.body(upstream.body).send();
+        tokio::pin!(call);
         self.abort.arm();
         let response = tokio::select! {
             biased;
             () = self.cancel.cancelled() => {
                 self.on_cancel();
-                self.give_up();
-                return;
+                if !unary {
+                    self.give_up();
+                    return;
+                }
+                // vLLM writes a unary answer's headers with its body, when the request ends:
+                // the aborted answer (its `"abort"` finish with the tokens produced meanwhile)
+                // is still coming, within the grace period.
+                tokio::select! {
+                    biased;
+                    _ = self.grace.wait(&self.cancel) => {
+                        self.give_up();
+                        return;
+                    }
+                    response = &mut call => response,
+                }
             }
-            response = call => response,
+            response = &mut call => response,
         };
         let response = match response {
             Ok(r) => r,
@@ -273,6 +292,17 @@ impl Run {
                 self.phase = Phase::Unary(response, buf);
             }
             Next::End => {
+                let buf = match self.relay.as_deref() {
+                    Some(native_id) => match self.decoder.relay_unary(buf, native_id) {
+                        Relay::Output(out) => {
+                            self.queue.push_back(Ok(*out));
+                            self.finish(Flow::Done);
+                            return;
+                        }
+                        Relay::Typed(buf) => buf,
+                    },
+                    None => buf,
+                };
                 let flow = self.decoder.on_unary(&buf, &mut self.queue);
                 self.finish(flow);
             }

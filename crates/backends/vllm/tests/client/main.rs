@@ -6,4 +6,5 @@ mod cancel;
 mod connect;
 mod decode;
 mod errors;
+mod relay;
 mod support;

@@ -1,0 +1,164 @@
+//! Relay (issue 15): a unary, one-choice vLLM-format request goes upstream with `stream: false`,
+//! and vLLM's unary body is only scanned (ids, finish, usage, where `request_id` sits) and handed
+//! over whole; the format's assembler answers it byte for byte with only `request_id` edited.
+//! Bodies the scan does not take are decoded as before.
+
+use futures::StreamExt;
+use genfront_protocol::{Engine, FinishReason, StopMatch};
+use genfront_vllm::CANCELLED_MESSAGE;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::support::{NATIVE_ID, Script, Step, engine, oks, prepare, run, usage};
+
+/// vLLM's unary answer to `id` as its `JSONResponse` writes it, with spellings genfront's
+/// renderer would not reproduce: a float `1e-05`, `-0.0`, an escape, an unknown key, the keys of
+/// a build newer than genfront's model.
+fn answer(id: &str, finish: &str, stop_reason: &str) -> String {
+    format!(
+        r#"{{"request_id":"{id}","model":"Qwen/Qwen3-8B","created":1700000000,"usage":{{"prompt_tokens":3,"total_tokens":5,"completion_tokens":2,"prompt_tokens_details":{{"cached_tokens":1}},"completion_tokens_details":null}},"prompt_logprobs":null,"prompt_token_id_logprobs":null,"metrics":{{"ttft_ms":1e-05}},"kv_transfer_params":null,"ec_transfer_params":null,"output_mode":"tokens","future":"a\"b\u00e9","choices":[{{"index":0,"finish_reason":{finish},"stop_reason":{stop_reason},"token_ids":[5,7],"routed_experts":null,"sampling_mask":null,"weight_versions":[{{"version":"default","start":0,"end":2}}],"logprobs":{{"content":[{{"token_id":5,"logprob":-0.0,"rank":1,"top_logprobs":[]}},{{"token_id":7,"logprob":-1e-05,"rank":1,"top_logprobs":[]}}]}}}}]}}"#
+    )
+}
+
+fn unary_body() -> Value {
+    json!({"request_id": "client-1", "token_ids": [1, 2, 3], "stream": false,
+        "sampling_params": {"max_tokens": 2, "logprobs": 0}})
+}
+
+fn raw(body: String) -> Script {
+    Script::Stream(vec![Step::Send(body.into_bytes())])
+}
+
+#[tokio::test]
+async fn a_unary_answer_is_relayed_with_only_the_request_id_edited() {
+    let (fake, engine) = engine().await;
+    let wire = answer(NATIVE_ID, r#""stop""#, "7");
+    fake.script(raw(wire.clone()));
+    let (request, mut assembler) = prepare(&engine, &unary_body());
+    assert!(
+        request.output.relay,
+        "a unary one-choice request asks for relay"
+    );
+    let out = oks(run(&engine, request).await);
+    // Upstream: the client's unary request, not genfront's stream.
+    let sent = &fake.generate_calls()[0].1;
+    assert_eq!(sent["stream"], json!(false));
+    assert!(sent.get("stream_options").is_none());
+    assert_eq!(out.len(), 1);
+    let item = &out[0];
+    let native = item.native.as_ref().expect("relayed");
+    assert_eq!(&native.body[..], wire.as_bytes());
+    assert_eq!(native.ids.len(), 1);
+    assert_eq!(
+        &wire[native.ids[0].clone()],
+        format!("\"{NATIVE_ID}\""),
+        "the id range is the request_id literal"
+    );
+    assert_eq!(item.token_ids, [5, 7]);
+    assert_eq!(
+        item.finish_reason,
+        Some(FinishReason::Stop {
+            matched: StopMatch::TokenId(7)
+        })
+    );
+    assert_eq!(item.usage, usage(2, 1));
+    assert!(item.engine_data.is_none() && item.logprobs.is_none());
+    for item in out {
+        assembler
+            .on_output(0, item, &mut Vec::new())
+            .expect("on_output");
+    }
+    let resp = assembler.finish_unary().expect("answer");
+    assert_eq!(resp.status.as_u16(), 200);
+    assert_eq!(
+        std::str::from_utf8(&resp.body).expect("utf-8"),
+        answer("generate-tokens-client-1", r#""stop""#, "7"),
+        "byte for byte, only request_id edited"
+    );
+}
+
+#[tokio::test]
+async fn an_engine_abort_is_relayed_as_a_cancelled_finish_with_its_tokens() {
+    let (fake, engine) = engine().await;
+    let wire = answer(NATIVE_ID, r#""abort""#, "null");
+    fake.script(Script::Stream(vec![
+        Step::WaitAbort,
+        Step::Send(wire.clone().into_bytes()),
+    ]));
+    let (request, mut assembler) = prepare(&engine, &unary_body());
+    let cancel = CancellationToken::new();
+    let stream = engine.generate(request, cancel.clone());
+    let collect = tokio::spawn(async move { stream.collect::<Vec<_>>().await });
+    crate::support::eventually("the call", || !fake.generate_calls().is_empty()).await;
+    cancel.cancel();
+    let out = oks(collect.await.expect("join"));
+    assert_eq!(fake.aborts(), vec![json!({"request_ids": [NATIVE_ID]})]);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].token_ids, [5, 7]);
+    assert_eq!(
+        out[0].finish_reason,
+        Some(FinishReason::Cancelled {
+            message: CANCELLED_MESSAGE.to_owned()
+        })
+    );
+    for item in out {
+        assembler
+            .on_output(0, item, &mut Vec::new())
+            .expect("on_output");
+    }
+    let resp = assembler.finish_unary().expect("answer");
+    assert_eq!(
+        std::str::from_utf8(&resp.body).expect("utf-8"),
+        answer("generate-tokens-client-1", r#""abort""#, "null")
+    );
+}
+
+#[tokio::test]
+async fn bodies_the_scan_does_not_take_are_decoded_as_before() {
+    let one = answer(NATIVE_ID, r#""length""#, "null");
+    let cases = [
+        // Another request's id.
+        answer("generate-tokens-other", r#""length""#, "null"),
+        // Two choices.
+        one.replace(
+            r#""choices":[{"index":0"#,
+            r#""choices":[{"index":0,"token_ids":[1],"finish_reason":"stop"},{"index":0"#,
+        ),
+        // An error finish: the typed decoder's error finish.
+        answer(NATIVE_ID, r#""error""#, "null"),
+        // Not an object.
+        "[1]".to_owned(),
+    ];
+    for (i, wire) in cases.into_iter().enumerate() {
+        let (fake, engine) = engine().await;
+        fake.script(raw(wire));
+        let (request, _) = prepare(&engine, &unary_body());
+        let out = run(&engine, request).await;
+        assert!(
+            out.iter()
+                .all(|o| o.as_ref().map_or(true, |o| o.native.is_none())),
+            "case {i}: {out:?}"
+        );
+        match i {
+            0 => assert_eq!(oks(out)[0].token_ids, [5, 7]),
+            // The assembler answers it with vLLM's 500.
+            2 => assert!(matches!(
+                oks(out)[0].finish_reason,
+                Some(FinishReason::Error { .. })
+            )),
+            _ => assert!(out.iter().any(Result::is_err), "case {i}: {out:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn streams_and_several_choices_stay_typed() {
+    let (_fake, engine) = engine().await;
+    for body in [
+        json!({"token_ids": [1, 2, 3], "stream": true, "sampling_params": {"max_tokens": 2}}),
+        json!({"token_ids": [1, 2, 3], "sampling_params": {"max_tokens": 2, "n": 2}}),
+    ] {
+        let (request, _) = prepare(&engine, &body);
+        assert!(!request.output.relay, "{body}");
+    }
+}
