@@ -306,6 +306,10 @@ pub(crate) fn parse(
 ) -> Result<GenerateRequest, Rejection> {
     let (mut obj, fast_ids) = match fast::parse(input.body) {
         Some(parsed) => parsed,
+        // An empty body is no body: pydantic's `missing` (as for JSON `null`).
+        None if input.body.is_empty() => {
+            return Err(schema_error(&pydantic::validate_body(&Value::Null, false)).into());
+        }
         None => {
             let value: Value = serde_json::from_slice(input.body).map_err(|e| {
                 Rejection::from(GenerateError::Schema {

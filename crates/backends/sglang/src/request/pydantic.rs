@@ -295,6 +295,16 @@ pub(crate) fn message(errors: &[PyError]) -> String {
 /// already read as a valid id list (the fast path).
 pub(crate) fn validate_body(body: &Value, skip_input_ids: bool) -> Vec<PyError> {
     let mut errors = Vec::new();
+    if body.is_null() {
+        // No body (FastAPI reads an empty body, and JSON `null`, as none).
+        errors.push(PyError::new(
+            "missing",
+            &[Loc::Key("body".into())],
+            "Field required",
+            body,
+        ));
+        return errors;
+    }
     let Value::Object(obj) = body else {
         errors.push(
             PyError::new(
@@ -792,6 +802,14 @@ mod tests {
                 "{'type': 'list_type', 'loc': ('body', 'sampling_logprobs_mode', \"list[nullable[literal['selected','support']]]\"), 'msg': 'Input should be a valid list', 'input': 'full'}",
                 "{'type': 'literal_error', 'loc': ('body', 'sampling_logprobs_mode', \"literal['selected','support']\"), 'msg': \"Input should be 'selected' or 'support'\", 'input': 'full', 'ctx': {'expected': \"'selected' or 'support'\"}}",
             ]
+        );
+    }
+
+    #[test]
+    fn missing_body() {
+        assert_eq!(
+            errs(Value::Null),
+            ["{'type': 'missing', 'loc': ('body',), 'msg': 'Field required', 'input': None}"]
         );
     }
 
