@@ -130,6 +130,12 @@
 //! - `routed_dp_rank` / `data_parallel_rank` are checked only against a native worker's reported
 //!   `dp_size`; for the mock and other engines they are routing hints (RL clients send ranks for
 //!   a fleet genfront routes), where SGLang's single-rank server refuses any rank but 0.
+//! - Per-item lists on a single request (`return_logprob`, `logprob_start_len`,
+//!   `top_logprobs_num`, `lora_path`, `custom_logit_processor`, …: "`<key>` should be a scalar
+//!   for a single request.") are refused; SGLang carries the list and uses it, or not, later.
+//! - Prompt ids outside the vocabulary (negative, or `>= vocab_size`) and an empty row of a
+//!   batch are refused: SGLang 0.5.23 admits them (only `token_ids_logprob` is bounded,
+//!   `tokenizer_manager.py:1520-1531`) and the model's embedding lookup fails on them.
 //! - A pydantic error's `input` is printed up to 2048 bytes (then `...`); SGLang prints it whole,
 //!   twice.
 //! - Bodies SGLang's own code crashes on (500 `Internal Server Error`): a `stop_regex`
