@@ -1,5 +1,6 @@
-//! vLLM relay end to end (issue 15): `genfront serve --worker vllm=<engine>` answers a unary,
-//! one-choice vLLM request with the engine's own bytes, only `request_id` edited, while metrics,
+//! vLLM relay end to end (issue 15): `genfront serve --worker vllm=<engine>` answers a
+//! one-choice vLLM request, unary or streamed, with the engine's own bytes, only `request_id`
+//! edited, while metrics,
 //! engine errors and aborts work as on the typed path. The engine is a small scripted vLLM
 //! server (`/v1/models`, `/health`, `/inference/v1/generate`, `/inference/v1/abort_requests`).
 
@@ -34,6 +35,29 @@ fn answer(id: &str, finish: &str) -> String {
     )
 }
 
+/// vLLM's SSE body to `id` for a client that asked `include_usage` only, as vLLM writes it.
+fn sse(id: &str) -> String {
+    let frames = [
+        format!(
+            r#"{{"request_id":"{id}","usage":null,"output_mode":"tokens","choices":[{{"index":0,"finish_reason":null,"stop_reason":null,"token_ids":[5],"routed_experts":null,"sampling_mask":null,"weight_versions":null,"logprobs":null}}]}}"#
+        ),
+        format!(
+            r#"{{"request_id":"{id}","usage":null,"output_mode":"tokens","choices":[{{"index":0,"finish_reason":"stop","stop_reason":2,"token_ids":[6,2],"routed_experts":null,"sampling_mask":null,"weight_versions":[{{"version":"w7","start":0,"end":3}}],"logprobs":null}}]}}"#
+        ),
+        format!(
+            r#"{{"request_id":"{id}","choices":[],"usage":{{"prompt_tokens":3,"total_tokens":6,"completion_tokens":3,"prompt_tokens_details":{{"cached_tokens":1}}}},"output_mode":"tokens"}}"#
+        ),
+    ];
+    let mut out = String::new();
+    for f in frames {
+        out.push_str("data: ");
+        out.push_str(&f);
+        out.push_str("\n\n");
+    }
+    out.push_str("data: [DONE]\n\n");
+    out
+}
+
 async fn models() -> Response {
     axum::Json(json!({"object": "list", "data": [
         {"id": "org/tiny", "object": "model", "owned_by": "vllm", "root": "org/tiny",
@@ -54,7 +78,11 @@ async fn generate(State(s): State<Arc<Seen>>, headers: HeaderMap, body: Bytes) -
         v["request_id"].as_str().unwrap_or_default()
     );
     let script = v["sampling_params"]["max_tokens"].as_u64().unwrap_or(0);
+    let stream = v["stream"] == json!(true);
     s.generate.lock().unwrap().push((header, v));
+    if stream {
+        return ([("content-type", "text/event-stream")], sse(&native)).into_response();
+    }
     let finish = match script {
         1 => {
             let err = json!({"error": {"message": "bad grammar", "type": "BadRequestError",
@@ -280,4 +308,29 @@ async fn a_relayed_answer_counts_against_max_answer_bytes() {
     let v: Value = resp.json().await.unwrap();
     let msg = v["error"]["message"].as_str().unwrap_or_default();
     assert!(msg.contains("--max-answer-bytes"), "{v}");
+}
+
+#[tokio::test]
+async fn a_stream_is_the_engines_chunks_with_the_id_edited() {
+    let (seen, url, _server, _stop) = setup(&[]).await;
+    let mut b = body(Some("st-1"), 3);
+    b["stream"] = json!(true);
+    b["stream_options"] = json!({"include_usage": true});
+    let resp = reqwest::Client::new()
+        .post(format!("{url}{GENERATE}"))
+        .json(&b)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(
+        resp.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    assert_eq!(resp.text().await.unwrap(), sse("generate-tokens-st-1"));
+    let sent = seen.generate.lock().unwrap()[0].1.clone();
+    assert_ne!(sent["request_id"], "st-1");
+    assert_eq!(sent["stream_options"], json!({"include_usage": true}));
 }

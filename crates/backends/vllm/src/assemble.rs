@@ -15,16 +15,19 @@
 //! dtype, e.g. `uint8`, survives) instead of a re-encoded `<i4`. A flat
 //! `{"weight_versions": …}` object is accepted too.
 //!
-//! **Relay** (issue 15): a unary request the format marked
+//! **Relay** (issue 15): a request the format marked
 //! [`OutputOptions::relay`](genfront_protocol::OutputOptions::relay) (one sample, nothing
 //! genfront renders itself) may be answered by genfront's vLLM engine client with vLLM's own
-//! unary body ([`EngineOutput::native`], the choice's one output). The assembler then sends
-//! those bytes with one edit, `request_id` (the engine's `generate-tokens-<dispatch id>`)
-//! replaced by the client-visible id, and renders nothing: every other byte — key order, float
-//! spelling, `created`, `model`, usage, logprobs, routed experts, `metrics`, unknown keys — is
-//! vLLM's. Outputs without native bytes (another engine kind, the mocker, a P/D pair, the
-//! `Cancelled` finish the client makes itself when vLLM sent no answer within the cancel grace)
-//! take the typed path above, for the same request.
+//! bytes ([`EngineOutput::native`]): the unary body (the choice's one output), or each SSE
+//! chunk of a stream vLLM wrote for the client's own `stream_options` (the usage-only chunk
+//! included). The assembler then sends those bytes with one edit, `request_id` (the engine's
+//! `generate-tokens-<dispatch id>`) replaced by the client-visible id, and renders nothing:
+//! every other byte — key order, float spelling, `created`, `model`, usage, logprobs, routed
+//! experts, `metrics`, unknown keys — is vLLM's. Outputs without native bytes (another engine
+//! kind, the mocker, a P/D pair) take the typed path above, for the same request; in a relayed
+//! stream the one typed output taken is the token-less `Cancelled` finish the engine client
+//! makes itself when vLLM sent no `"abort"` chunk within the cancel grace, which ends the stream
+//! without a chunk of genfront's own.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -104,6 +107,10 @@ pub(crate) struct VllmAssembler {
     prompt_ids_sent: bool,
     /// vLLM's own unary answer, relayed as it is but for its `request_id` (module docs).
     relayed: Option<genfront_protocol::NativeAnswer>,
+    /// The stream's chunks are vLLM's own, relayed (module docs).
+    relaying: bool,
+    /// The client's `request_id` as a JSON string, made once for the relayed chunks.
+    relay_id: Option<Vec<u8>>,
 }
 
 impl VllmAssembler {
@@ -124,6 +131,8 @@ impl VllmAssembler {
             cached_tokens: None,
             prompt_ids_sent: false,
             relayed: None,
+            relaying: false,
+            relay_id: None,
         }
     }
 
@@ -306,40 +315,88 @@ impl VllmAssembler {
 }
 
 impl VllmAssembler {
-    /// Take vLLM's relayed unary answer (the choice's one output, module docs): keep the bytes
-    /// for [`Assembler::finish_unary`] and the scanned finish and token count for the
-    /// completeness checks.
+    /// Take vLLM's relayed output (module docs). Unary: keep the answer's bytes (the choice's
+    /// one output) for [`Assembler::finish_unary`]. Stream: push the chunk with `request_id`
+    /// edited as this output's event (a usage-only chunk too). Either way the scanned finish
+    /// and token count feed the completeness checks.
     ///
     /// # Errors
-    /// A contract error for a streamed response, a request with more than one choice, another
-    /// choice index, or a choice that already received outputs; the engine's error finish as
-    /// vLLM's 500 (as on the typed path).
+    /// A contract error for a request with more than one choice, another choice index, a unary
+    /// answer without a finish or after other outputs, a chunk after typed outputs or after the
+    /// choice's finish (other than the usage-only chunk); the engine's error finish as vLLM's
+    /// 500 (as on the typed path).
     fn relay(
         &mut self,
         out: EngineOutput,
         native: genfront_protocol::NativeAnswer,
+        events: &mut Vec<Bytes>,
     ) -> Result<(), GenerateError> {
-        if self.cfg.stream || self.cfg.n != 1 || out.index != 0 {
+        if self.cfg.n != 1 || out.index != 0 {
             return Err(contract(
-                "a relayed answer for a request that is not a unary one-choice one",
+                "a relayed answer for a request that is not a one-choice one",
             ));
         }
+        if let Some(FinishReason::Error { message }) = out.finish_reason {
+            return Err(GenerateError::Engine(EngineError::internal(message)));
+        }
+        let streaming = self.cfg.stream;
+        let relaying = self.relaying;
+        let unary_relayed = self.relayed.is_some();
         let Some(choice) = self.choices.first_mut() else {
             return Err(contract("choice index out of range"));
         };
-        if choice.finish.is_some() || !choice.token_ids.is_empty() || self.relayed.is_some() {
+        let added = u32::try_from(out.token_ids.len()).unwrap_or(u32::MAX);
+        if streaming {
+            let typed_before =
+                !relaying && (choice.finish.is_some() || choice.completion_tokens > 0);
+            let after_finish =
+                choice.finish.is_some() && (added > 0 || out.finish_reason.is_some());
+            if typed_before || after_finish {
+                return Err(contract("a relayed chunk after other outputs"));
+            }
+            self.relaying = true;
+            choice.completion_tokens = choice.completion_tokens.saturating_add(added);
+            if out.finish_reason.is_some() {
+                choice.finish = out.finish_reason;
+            }
+            let id = match &self.relay_id {
+                Some(id) => id,
+                None => self.relay_id.insert(
+                    serde_json::to_vec(self.cfg.request_id.as_str())
+                        .map_err(|e| GenerateError::Internal(format!("serialising an id: {e}")))?,
+                ),
+            };
+            events.push(Bytes::from(native.with_ids(id)));
+            return Ok(());
+        }
+        if choice.finish.is_some() || !choice.token_ids.is_empty() || unary_relayed {
             return Err(contract("a relayed answer after other outputs"));
         }
         let Some(finish) = out.finish_reason else {
             return Err(contract("a relayed answer without a finish reason"));
         };
-        if let FinishReason::Error { message } = finish {
-            return Err(GenerateError::Engine(EngineError::internal(message)));
-        }
-        choice.completion_tokens = u32::try_from(out.token_ids.len()).unwrap_or(u32::MAX);
+        choice.completion_tokens = added;
         choice.finish = Some(finish);
         self.relayed = Some(native);
         Ok(())
+    }
+
+    /// A typed output in a relayed stream: only the token-less `Cancelled` finish the engine
+    /// client makes itself when vLLM sent no `"abort"` chunk within the cancel grace, recorded
+    /// without a chunk of genfront's own.
+    ///
+    /// # Errors
+    /// A contract error for any other output.
+    fn relayed_stream_typed(&mut self, out: &EngineOutput) -> Result<(), GenerateError> {
+        match (self.choices.get_mut(out.index as usize), &out.finish_reason) {
+            (Some(c), Some(f @ FinishReason::Cancelled { .. }))
+                if out.token_ids.is_empty() && c.finish.is_none() =>
+            {
+                c.finish = Some(f.clone());
+                Ok(())
+            }
+            _ => Err(contract("a typed output in a relayed stream")),
+        }
     }
 }
 
@@ -391,7 +448,10 @@ impl Assembler for VllmAssembler {
             return Err(contract("output for an unknown sub-request"));
         }
         if let Some(native) = out.native.take() {
-            return self.relay(out, native);
+            return self.relay(out, native, events);
+        }
+        if self.relaying {
+            return self.relayed_stream_typed(&out);
         }
         let index = out.index as usize;
         match self.choices.get(index) {
@@ -448,6 +508,10 @@ impl Assembler for VllmAssembler {
 
     fn finish_stream(&mut self, events: &mut Vec<Bytes>) -> Result<(), GenerateError> {
         incomplete(&self.choices)?;
+        if self.relaying {
+            // vLLM's own usage chunk was relayed when the client asked for it.
+            return Ok(());
+        }
         if self.cfg.include_usage {
             let total = self
                 .choices

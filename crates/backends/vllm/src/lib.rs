@@ -82,13 +82,17 @@
 //!   returned `kv_transfer_params` (`do_remote_decode: true`). The unary body is decoded into one
 //!   delta per choice. Everything else streams, except a relayed request (below).
 //! - **Relay** (issue 15; [`genfront_protocol::OutputOptions::relay`], set by the format for a
-//!   unary request of one choice whose output genfront keeps, no P/D leg): the client's own body
-//!   goes upstream with `stream: false`, and vLLM's unary answer is only scanned (the choice's
-//!   `token_ids`, `finish_reason` / `stop_reason`, `usage.prompt_tokens`,
-//!   `prompt_tokens_details.cached_tokens`, where `request_id` sits) and handed over whole as
-//!   [`genfront_protocol::EngineOutput::native`]; the assembler sends it with only `request_id`
-//!   edited (`client/decode/relay.rs`, `assemble.rs`). A body the scan does not take (an error,
-//!   another id, not one choice) is decoded as before. A unary call cancelled before vLLM's
+//!   request of one choice whose output genfront keeps, no P/D leg): the client's own body goes
+//!   upstream with `stream: false` (unary) or with its own `stream` and `stream_options`
+//!   (streams; not genfront's usual usage options), and vLLM's unary answer or each SSE chunk
+//!   is only scanned (the choice's `token_ids`, `finish_reason` / `stop_reason`,
+//!   `usage.prompt_tokens`, `prompt_tokens_details.cached_tokens`, where `request_id` sits) and
+//!   handed over as [`genfront_protocol::EngineOutput::native`]; the assembler sends it with
+//!   only `request_id` edited (`client/decode/relay.rs`, `assemble.rs`). A body or chunk the
+//!   scan does not take (an error, another id, not one choice, `[DONE]`) is decoded as before.
+//!   A relayed stream's cached-token count is known only when the client asked for
+//!   `include_usage` (vLLM's usage chunk). A stream that needs the unary upstream (prompt
+//!   logprobs) stays typed. A unary call cancelled before vLLM's
 //!   headers (which vLLM writes with the whole answer) still waits the cancel grace for the
 //!   aborted answer and its partial tokens.
 //! - Headers: `X-Request-Id`, `X-data-parallel-rank` (routing `dp_rank`), `X-Session-ID`,
@@ -444,12 +448,12 @@ impl VllmFormat {
             &self.flags,
             request_id.clone(),
         );
-        // Relay (issue 15; vLLM's own answer with only `request_id` edited, `assemble.rs`): a
-        // unary answer of one choice whose output genfront does not discard (`max_tokens: 0`)
-        // and no P/D leg of this format's own; genfront's vLLM engine client honours it only
-        // for this body on a vLLM engine.
+        // Relay (issue 15; vLLM's own answer or chunks with only `request_id` edited,
+        // `assemble.rs`): one choice whose output genfront does not discard (`max_tokens: 0`)
+        // and no P/D leg of this format's own, unary or streamed; genfront's vLLM engine client
+        // honours it only for this body on a vLLM engine.
         request.output.relay =
-            !stream && config.n == 1 && request.pd.is_none() && request.stop.max_tokens != Some(0);
+            config.n == 1 && request.pd.is_none() && request.stop.max_tokens != Some(0);
         Ok(Prepared {
             client_id: Some(request_id.clone()),
             stream,

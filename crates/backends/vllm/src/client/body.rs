@@ -54,8 +54,8 @@ pub(crate) struct Upstream {
     pub body: Vec<u8>,
     /// Sent with `stream: false` (the answer is one JSON body).
     pub unary: bool,
-    /// The answer is relayed ([`relayable`]): the unary body is only scanned and handed over
-    /// whole as [`genfront_protocol::EngineOutput::native`].
+    /// The answer is relayed ([`relayable`]): the unary body, or each SSE chunk, is only
+    /// scanned and handed over as [`genfront_protocol::EngineOutput::native`].
     pub relay: bool,
     /// The private dispatch id (`X-Request-Id`); vLLM calls the request
     /// `generate-tokens-<id>`.
@@ -100,19 +100,21 @@ fn needs_unary(request: &EngineRequest) -> bool {
     request.output.prompt_logprobs.is_some() || native_prompt_ids || prefill_leg
 }
 
-/// Whether the engine's answer is the client's own, so it can be relayed byte for byte with
-/// only `request_id` edited (issue 15; the vLLM format asks with
+/// Whether the engine's answer is the client's own, so it can be relayed with only
+/// `request_id` edited (issue 15; the vLLM format asks with
 /// [`genfront_protocol::OutputOptions::relay`]): a vLLM client's own body, one sample, not a
-/// P/D leg, its output kept (`max_tokens: 0` is sent as 1 and dropped), and a unary client
-/// (its body then goes upstream with `stream: false`, so vLLM writes the unary answer the
-/// client asked for).
+/// P/D leg, its output kept (`max_tokens: 0` is sent as 1 and dropped). A unary client's body
+/// then goes upstream with `stream: false`, so vLLM writes the unary answer the client asked
+/// for; a streaming client's with its own `stream` and `stream_options` (not genfront's usual
+/// `include_usage` + `continuous_usage_stats`), so each chunk is the one vLLM would send it —
+/// unless the stream needs genfront's unary upstream ([`needs_unary`]), which stays typed.
 fn relayable(request: &EngineRequest) -> bool {
     request.output.relay
-        && !request.output.stream
         && request.native.format == FORMAT_NAME
         && request.pd.is_none()
         && request.sampling.n == 1
         && request.stop.max_tokens != Some(0)
+        && (!request.output.stream || !needs_unary(request))
 }
 
 /// Build the upstream request and the decoder spec.
@@ -130,7 +132,7 @@ pub(crate) fn build(
         request.request_id = uuid::Uuid::new_v4().simple().to_string();
     }
     let relay = relayable(&request);
-    let unary = relay || needs_unary(&request);
+    let unary = (relay && !request.output.stream) || needs_unary(&request);
     let prefill = request
         .pd
         .as_ref()
@@ -157,7 +159,7 @@ pub(crate) fn build(
     let native = std::mem::take(&mut request.native.body);
     let mut map = match native {
         Value::Object(map) if request.native.format == FORMAT_NAME => {
-            native_body(map, &request, unary)
+            native_body(map, &request, unary, relay)
         }
         _ => typed_body(&request, info, unary)?,
     };
@@ -266,11 +268,13 @@ fn edit_leg(map: &mut Map<String, Value>, role: PdRole, request: &EngineRequest)
     }
 }
 
-/// The client's own vLLM body with the surgical edits.
+/// The client's own vLLM body with the surgical edits; a relayed stream keeps the client's own
+/// `stream` and `stream_options`.
 fn native_body(
     mut map: Map<String, Value>,
     request: &EngineRequest,
     unary: bool,
+    relay: bool,
 ) -> Map<String, Value> {
     set(
         &mut map,
@@ -278,7 +282,9 @@ fn native_body(
         Value::String(request.request_id.clone()),
     );
     set(&mut map, "token_ids", json!(request.token_ids));
-    set_stream(&mut map, unary);
+    if !relay || unary {
+        set_stream(&mut map, unary);
+    }
     if let Some(handoff) = &request.handoff {
         set(&mut map, "kv_transfer_params", handoff.clone());
     }

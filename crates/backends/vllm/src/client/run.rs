@@ -51,8 +51,8 @@ struct Run {
     /// dropped connection is the abort (vLLM aborts on disconnect).
     abort: AbortGuard,
     queue: VecDeque<Item>,
-    /// `Some(native id)` when the unary answer is relayed (scanned, not decoded:
-    /// [`Decoder::relay_unary`]).
+    /// `Some(native id)` when the answer is relayed (scanned, not decoded:
+    /// [`Decoder::relay_unary`], [`Decoder::relay_event`]).
     relay: Option<String>,
 }
 
@@ -242,6 +242,18 @@ impl Run {
                 loop {
                     match sse.next_event() {
                         Ok(Some(event)) => {
+                            let event = match self.relay.as_deref() {
+                                Some(native_id) => match self.decoder.relay_event(event, native_id)
+                                {
+                                    Relay::Output(out) => {
+                                        self.queue.push_back(Ok(*out));
+                                        self.finish(Flow::More);
+                                        continue;
+                                    }
+                                    Relay::Typed(event) => event,
+                                },
+                                None => event,
+                            };
                             let flow = self.decoder.on_event(&event, &mut self.queue);
                             self.finish(flow);
                             if flow == Flow::Done {

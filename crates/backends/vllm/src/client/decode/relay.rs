@@ -1,8 +1,8 @@
-//! The relay scan (issue 15): a vLLM unary `GenerateTokensResponse` read only for what genfront
-//! derives from it — the one choice's `token_ids` and `finish_reason` / `stop_reason`, the
+//! The relay scan (issue 15): a vLLM unary `GenerateTokensResponse` ([`Decoder::relay_unary`])
+//! or SSE chunk `GenerateTokensStreamResponse` ([`Decoder::relay_event`]) read only for what
+//! genfront derives from it — the choice's `token_ids` and `finish_reason` / `stop_reason`, the
 //! usage's `prompt_tokens` and `prompt_tokens_details.cached_tokens` — and where its
-//! `request_id` sits, so the body itself can be relayed byte for byte
-//! ([`Decoder::relay_unary`]).
+//! `request_id` sits, so the bytes themselves can be relayed with only that id edited.
 //!
 //! One pass of `serde_json` over the body into borrowed structs: `request_id` as a borrowed raw
 //! value (its byte range is its offset in the body), the ids as `u32`s, the finish as a string,
@@ -11,7 +11,8 @@
 //! built. A body the scan does not take as it is goes to the typed decoder
 //! ([`Decoder::on_unary`]), which answers it exactly as before: not a JSON object, an `error`
 //! key, duplicate keys the scan reads, a `request_id` other than the dispatch's native id, not
-//! exactly one choice or its `index` not 0, ids or counts that are not unsigned integers in
+//! exactly one choice (a stream's usage-only chunk has none) or its `index` not 0, a chunk for
+//! a choice that already finished, `[DONE]`, ids or counts that are not unsigned integers in
 //! range, a finish the typed decoder maps to an error (`"error"`, unknown values), or a request
 //! whose output genfront discards (`max_tokens: 0` sent as 1).
 
@@ -83,21 +84,58 @@ impl Decoder {
     /// counted, cached tokens from `prompt_tokens_details`). Like [`Decoder::on_unary`], it
     /// finishes the request.
     pub(crate) fn relay_unary(&mut self, body: Vec<u8>, native_id: &str) -> Relay {
-        if self.spec.n != 1 || self.spec.discard_output || self.finished > 0 {
+        self.relay_any(body, native_id, true)
+    }
+
+    /// Scan one SSE event's data (a `GenerateTokensStreamResponse` chunk) of `native_id` for
+    /// relay, as [`Decoder::relay_unary`] does a unary answer: the output's `token_ids` are the
+    /// chunk's delta, its finish the chunk's (`None` while `null`), its `native` the chunk's
+    /// bytes. The usage-only chunk (`choices: []`, sent with `stream_options.include_usage`)
+    /// is an output of its own, without tokens or finish, carrying the final usage.
+    pub(crate) fn relay_event(&mut self, data: Vec<u8>, native_id: &str) -> Relay {
+        self.relay_any(data, native_id, false)
+    }
+
+    fn relay_any(&mut self, body: Vec<u8>, native_id: &str, unary: bool) -> Relay {
+        if self.spec.n != 1 || self.spec.discard_output || body.as_slice() == b"[DONE]" {
             return Relay::Typed(body);
         }
         let Some((choice, usage, id)) = scan(&body, native_id) else {
             return Relay::Typed(body);
         };
-        let token_ids = choice.token_ids.unwrap_or_default();
-        let tokens = saturate(token_ids.len() as u64);
-        let last = token_ids.last().copied();
-        let reason = choice.finish_reason.as_deref().unwrap_or("stop");
-        let stop_reason = choice.stop_reason.unwrap_or(Value::Null);
-        let finish_reason = match self.finish(reason, &stop_reason, last, tokens) {
-            Finish::Reason(FinishReason::Error { .. }) => return Relay::Typed(body),
-            Finish::Reason(r) => r,
-            Finish::Cancelled => cancelled(),
+        let state = self.state(0);
+        let (token_ids, finish_reason) = match choice {
+            None if unary => return Relay::Typed(body),
+            None => (Vec::new(), None),
+            Some(_) if state.finished => return Relay::Typed(body),
+            Some(choice) => {
+                let token_ids = choice.token_ids.unwrap_or_default();
+                let added = saturate(token_ids.len() as u64);
+                let tokens = state.tokens.saturating_add(added);
+                let last = token_ids.last().copied().or(state.last);
+                let reason = match choice.finish_reason.as_deref() {
+                    Some(r) => Some(r),
+                    None if unary => Some("stop"),
+                    None => None,
+                };
+                let stop_reason = choice.stop_reason.unwrap_or(Value::Null);
+                let finish = match reason.map(|r| self.finish(r, &stop_reason, last, tokens)) {
+                    None => None,
+                    Some(Finish::Reason(FinishReason::Error { .. })) => {
+                        return Relay::Typed(body);
+                    }
+                    Some(Finish::Reason(r)) => Some(r),
+                    Some(Finish::Cancelled) => Some(cancelled()),
+                };
+                let state = self.state_mut(0);
+                state.tokens = tokens;
+                state.last = last;
+                if finish.is_some() {
+                    state.finished = true;
+                    self.finished = 1;
+                }
+                (token_ids, finish)
+            }
         };
         if let Some(u) = usage {
             if let Some(p) = u.prompt_tokens {
@@ -107,16 +145,11 @@ impl Decoder {
                 self.cached_tokens = saturate(c);
             }
         }
-        let state = self.state_mut(0);
-        state.tokens = tokens;
-        state.last = last;
-        state.finished = true;
-        self.finished = 1;
         let usage = self.usage(0);
         Relay::Output(Box::new(EngineOutput {
             index: 0,
             token_ids,
-            finish_reason: Some(finish_reason),
+            finish_reason,
             usage: Some(usage),
             native: Some(NativeAnswer {
                 body: body.into(),
@@ -127,21 +160,22 @@ impl Decoder {
     }
 }
 
-/// Read `body`; `None` when it is not a plain one-choice answer to `native_id`.
-fn scan(
-    body: &[u8],
-    native_id: &str,
-) -> Option<(ChoiceIn, Option<UsageIn>, std::ops::Range<usize>)> {
+/// What the scan read: the chunk's one choice (`None` for none), its usage, the id's range.
+type Scanned = (Option<ChoiceIn>, Option<UsageIn>, std::ops::Range<usize>);
+
+/// Read `body`; `None` when it is not a plain answer or chunk (at most one choice) to
+/// `native_id`.
+fn scan(body: &[u8], native_id: &str) -> Option<Scanned> {
     let answer: Answer<'_> = serde_json::from_slice(body).ok()?;
     if answer.error.is_some() {
         return None;
     }
-    let mut choices = answer.choices?;
-    if choices.len() != 1 {
+    let mut choices = answer.choices.unwrap_or_default();
+    if choices.len() > 1 {
         return None;
     }
-    let choice = choices.pop()?;
-    if choice.index != 0 {
+    let choice = choices.pop();
+    if choice.as_ref().is_some_and(|c| c.index != 0) {
         return None;
     }
     // The id must be the native id as a plain JSON string (a minted id needs no escapes).
