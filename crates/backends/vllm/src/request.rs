@@ -238,6 +238,8 @@ pub(crate) struct Sampling {
     pub allowed_token_ids: Option<Vec<PyInt>>,
     /// Some integer in the params does not fit msgpack's 64-bit range.
     pub overflow: bool,
+    /// Some integer in a non-empty `extra_args` does not fit it (`_verify_extra_args`).
+    pub extra_args_overflow: bool,
     /// `structured_outputs`: how many constraint kinds are set, and the dict's Python repr.
     pub structured_outputs: Option<(usize, String)>,
     /// The `VLLMValidationError` of `RepetitionDetectionParams.__post_init__`, which aborts the
@@ -276,6 +278,7 @@ impl Default for Sampling {
             logit_bias_ids: Vec::new(),
             allowed_token_ids: None,
             overflow: false,
+            extra_args_overflow: false,
             structured_outputs: None,
             repetition_error: None,
         }
@@ -909,6 +912,7 @@ fn parse_sampling(sp: &Map<String, Value>, base: Vec<Loc>, issues: &mut Vec<Issu
         logit_bias_ids: parse_logit_bias(&mut f),
         allowed_token_ids: f.int_list("allowed_token_ids", true),
         overflow: false,
+        extra_args_overflow: false,
         structured_outputs: None,
         repetition_error: None,
     };
@@ -967,6 +971,10 @@ fn parse_sampling(sp: &Map<String, Value>, base: Vec<Loc>, issues: &mut Vec<Issu
         .chain(s.allowed_token_ids.iter().flatten().copied());
     s.repetition_error = repetition;
     sort_by_declaration(&mut f.issues[first_issue..]);
+    s.extra_args_overflow = sp
+        .get("extra_args")
+        .and_then(Value::as_object)
+        .is_some_and(|m| !m.is_empty() && has_overflow(&Value::Object(m.clone())));
     s.overflow = typed_ints.into_iter().any(|i| !i.fits_msgpack())
         || sp
             .iter()

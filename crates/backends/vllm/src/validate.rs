@@ -158,6 +158,14 @@ fn verify_args(s: &Sampling) -> Result<(), GenerateError> {
             "n must be at most {MAX_N_SEQUENCES}, got {n}. To increase this limit, set the VLLM_MAX_N_SEQUENCES environment variable."
         )));
     }
+    // _verify_extra_args (`sampling_params.py:749-767`), right after the `n` bounds.
+    if s.extra_args_overflow {
+        return Err(validation(
+            "extra_args integers must be between -2**63 and 2**64 - 1.",
+            Some("extra_args"),
+            None,
+        ));
+    }
     for (name, v) in [
         ("presence_penalty", s.presence_penalty),
         ("frequency_penalty", s.frequency_penalty),

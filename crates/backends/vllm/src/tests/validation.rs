@@ -670,3 +670,22 @@ fn engine_side_errors_stream_inside_a_200() {
     assert_eq!(resp.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(resp.content_type, "application/json");
 }
+
+/// `_verify_extra_args` (`sampling_params.py:749-767`) names `extra_args` for an integer past
+/// msgpack's 64-bit range, before the penalties are checked.
+#[test]
+fn extra_args_integers_fit_64_bits() {
+    assert_bad_request(
+        &with_sampling(
+            json!({"extra_args": {"k": [18446744073709551616.0]}, "presence_penalty": 3}),
+        ),
+        "extra_args integers must be between -2**63 and 2**64 - 1. (parameter=extra_args)",
+        Some("extra_args"),
+    );
+    assert!(
+        prepare(&with_sampling(
+            json!({"extra_args": {"k": 18446744073709551615u64}})
+        ))
+        .is_ok()
+    );
+}
