@@ -169,6 +169,13 @@ pub struct BenchArgs {
     )]
     pub logprobs: Option<u32>,
 
+    /// SGLang only: send `"return_routed_experts": true`, so each answer carries the MoE routing
+    /// of every prompt and output position (`meta_info.routed_experts`, base64 of i32
+    /// `[positions, layers, top_k]`; a long prompt makes it megabytes). The engine must report
+    /// them (`--enable-return-routed-experts`), otherwise it answers 400.
+    #[arg(long, env = "GENFRONT_BENCH_ROUTED_EXPERTS", help_heading = "Request")]
+    pub routed_experts: bool,
+
     /// Server process to account CPU and RSS for over the measured window (repeatable).
     #[arg(
         long = "pid",
@@ -221,6 +228,9 @@ pub enum ConfigError {
     /// `--packed` with a format other than SGLang.
     #[error("--packed needs --format sglang")]
     Packed,
+    /// `--routed-experts` with a format other than SGLang (vLLM has no per-request switch).
+    #[error("--routed-experts needs --format sglang")]
+    RoutedExperts,
 }
 
 impl BenchArgs {
@@ -260,6 +270,9 @@ impl BenchArgs {
         }
         if self.packed && self.format != Format::Sglang {
             return Err(ConfigError::Packed);
+        }
+        if self.routed_experts && self.format != Format::Sglang {
+            return Err(ConfigError::RoutedExperts);
         }
         Ok(())
     }

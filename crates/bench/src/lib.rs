@@ -151,6 +151,7 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
         max_new_tokens: args.max_new_tokens,
         logprobs: args.logprobs,
         packed: args.packed,
+        routed_experts: args.routed_experts,
         request_bytes: ctx.bodies.mean_bytes(),
         warmup: args.warmup,
     };

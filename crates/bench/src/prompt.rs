@@ -119,6 +119,8 @@ struct SglBody<'a> {
     top_logprobs_num: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     packed_output: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    return_routed_experts: Option<bool>,
 }
 
 #[derive(Serialize)]
@@ -161,6 +163,7 @@ fn body(args: &BenchArgs, ids: &[u32]) -> Vec<u8> {
             return_logprob: args.logprobs.map(|_| true),
             top_logprobs_num: args.logprobs,
             packed_output: args.packed.then_some(true),
+            return_routed_experts: args.routed_experts.then_some(true),
         }),
         Format::Vllm => serde_json::to_vec(&VllmBody {
             token_ids: ids,
@@ -225,6 +228,18 @@ mod tests {
     }
 
     #[test]
+    fn routed_experts_flag_asks_sglang_and_is_refused_for_vllm() {
+        let a = args(&["--format", "sglang", "--routed-experts"]);
+        assert!(a.validate().is_ok());
+        assert_eq!(
+            json_of(&Bodies::build(&a, 1), 0)["return_routed_experts"],
+            json!(true)
+        );
+        let v = args(&["--format", "vllm", "--routed-experts"]);
+        assert_eq!(v.validate(), Err(crate::args::ConfigError::RoutedExperts));
+    }
+
+    #[test]
     fn sglang_body_shape() {
         let a = args(&[
             "--format",
@@ -247,6 +262,7 @@ mod tests {
         assert_eq!(v["stream"], json!(true));
         assert_eq!(v["return_logprob"], json!(true));
         assert_eq!(v["top_logprobs_num"], json!(2));
+        assert!(v.get("return_routed_experts").is_none());
         assert_ne!(json_of(&b, 0)["input_ids"], json_of(&b, 1)["input_ids"]);
         assert_eq!(b.distinct(), 3);
         assert_eq!(b.get(3), b.get(0));

@@ -49,6 +49,8 @@ pub struct RunConfig {
     pub logprobs: Option<u32>,
     /// Ids sent packed with a packed answer asked for (`--packed`).
     pub packed: bool,
+    /// Routed experts asked for (`--routed-experts`).
+    pub routed_experts: bool,
     /// Mean bytes of one request body.
     pub request_bytes: u64,
     /// Unmeasured requests sent first.
@@ -202,6 +204,9 @@ fn write_table(s: &mut String, r: &Report) -> std::fmt::Result {
     }
     if c.packed {
         write!(s, ", packed")?;
+    }
+    if c.routed_experts {
+        write!(s, ", routed experts")?;
     }
     write!(s, ", {} B/request body", c.request_bytes)?;
     writeln!(s, ", warmup {}", c.warmup)?;

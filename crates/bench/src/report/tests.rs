@@ -18,6 +18,7 @@ fn config(mode: LoadMode) -> RunConfig {
         max_new_tokens: 4,
         logprobs: Some(2),
         packed: false,
+        routed_experts: false,
         request_bytes: 120,
         warmup: 1,
     }
