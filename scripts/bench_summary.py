@@ -1,43 +1,116 @@
 #!/usr/bin/env python3
-"""Turn the JSON reports of scripts/bench-compare.sh into docs/benchmarks.md (stdout).
+"""Turn the JSON reports of scripts/bench-compare.sh into the benchmark report (Markdown).
 
-Usage: bench_summary.py WORKDIR IDLE_RSS_BYTES STREAMS QUICK
+Usage: bench_summary.py WORKDIR IDLE_RSS_BYTES OUT
+
+WORKDIR holds run.json (the run's settings), targets.txt (target name, then the frontend's PIDs)
+and one `genfront bench --json` report per cell and round, named WORKLOAD-cCONC-TARGET-rROUND.json
+(plus sat-genfront, half-direct, half-genfront and streams10k when those runs were made). Every
+figure of a cell is the median over its rounds, taken per figure. In each report the engine (the
+mock) is the last process; the ones before it are the frontend, whose CPU and RSS are summed.
+
+The hand-written sections of the current docs/benchmarks.md, from "## What was changed" to the
+end, are carried over below the generated tables (docs/benchmark-changes.md if there are none).
+OUT is written only once the whole report is built, so OUT may be docs/benchmarks.md itself.
 """
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 
-work, idle_rss, streams, quick = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+work, idle_rss, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+here = os.path.dirname(os.path.abspath(__file__))
+docs = os.path.join(here, "..", "docs")
+
+with open(os.path.join(work, "run.json")) as f:
+    run = json.load(f)
+workloads = run["workloads"].split()
+concs = [int(c) for c in run["concs"].split()]
+targets = run["targets"].split()
+rounds = int(run["rounds"])
+quick = bool(run["quick"])
+
+DESCR = {
+    "unary": "unary, prompt 32, 8 new",
+    "plain64": "unary, prompt 32, 64 new",
+    "logprobs": "unary, prompt 32, 64 new, top-5 logprobs",
+    "stream": "SSE, prompt 32, 128 tokens",
+    "streamlp": "SSE, prompt 32, 128 tokens, top-5 logprobs",
+    "prompt128k": f"unary, {run['t128k']}-token prompt (~128 KiB JSON), 8 new",
+    "prompt1m": f"unary, {run['t1m']}-token prompt (~1 MiB JSON), 8 new",
+    "experts": f"unary, {run['expert_prompt']}-token prompt, 64 new, routed experts",
+}
 
 
 def load(name):
-    with open(os.path.join(work, name + ".json")) as f:
-        return json.load(f)
+    try:
+        with open(os.path.join(work, name + ".json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
 
 
-def proc(report, i=0):
+def med(values):
+    vs = [v for v in values if v is not None]
+    return statistics.median(vs) if vs else None
+
+
+def errors(report):
+    return sum((report.get("errors") or {}).values())
+
+
+def front_sum(report, field):
+    """Sum of `field` over the frontend's processes (all but the last); None for direct or unread."""
     ps = report.get("processes") or []
-    return ps[i] if i < len(ps) else {}
+    if len(ps) < 2:
+        return None
+    vals = [p.get(field) for p in ps[:-1]]
+    return None if any(v is None for v in vals) else sum(vals)
 
 
-def cpu_req(report, i=0):
-    return proc(report, i).get("cpu_us_per_request")
+def engine(report, field):
+    ps = report.get("processes") or []
+    return ps[-1].get(field) if ps else None
 
 
-def cpu_tok(report, i=0):
-    return proc(report, i).get("cpu_us_per_output_token")
-
-
-def pct(report, key, field):
+def ms(report, key, field):
     p = report.get(key) or {}
     v = p.get(field)
     return None if v is None else v / 1000.0
 
 
-def errors(report):
-    return sum((report.get("errors") or {}).values())
+def cell(w, c, t):
+    """Median figures of one cell over its rounds, or None when no round produced a report."""
+    reps = [r for r in (load(f"{w}-c{c}-{t}-r{i}") for i in range(1, rounds + 1)) if r]
+    if not reps:
+        return None
+    rss = [front_sum(r, "rss_peak_bytes") for r in reps]
+    # A round whose requests all failed measured no request's cost: its CPU figures are left out.
+    good = [r for r in reps if r.get("ok", 0) > 0]
+    return {
+        "rounds": len(reps),
+        "requests": sum(r["requests"] for r in reps),
+        "errors": sum(errors(r) for r in reps),
+        "rps": med([r["requests_per_s"] for r in reps]),
+        "p50": med([ms(r, "latency", "p50_us") for r in reps]),
+        "p99": med([ms(r, "latency", "p99_us") for r in reps]),
+        "ttft": med([ms(r, "ttft", "p50_us") for r in reps]),
+        "cpu_req": med([front_sum(r, "cpu_us_per_request") for r in good]),
+        "cpu_tok": med([front_sum(r, "cpu_us_per_output_token") for r in good]),
+        "rss": None if all(v is None for v in rss) else max(v for v in rss if v is not None),
+        "engine_cpu": med([engine(r, "cpu_us_per_request") for r in good]),
+        "body": reps[0]["config"].get("request_bytes"),
+    }
+
+
+cells = {(w, c, t): cell(w, c, t) for w in workloads for c in concs for t in targets}
+
+
+def get(w, c, t, k):
+    x = cells.get((w, c, t))
+    return None if x is None else x.get(k)
 
 
 def fmt(v, digits=1):
@@ -48,100 +121,146 @@ def ratio(a, b):
     return None if a is None or b in (None, 0) else a / b
 
 
-def verdict(value, limit, smaller=True):
+def verdict(value, limit, *cells_used):
+    """meets / misses `value <= limit`; a figure resting on a cell with failed requests is flagged."""
     if value is None:
         return "not measured"
-    ok = value <= limit if smaller else value >= limit
-    return "meets target" if ok else "misses target"
+    v = "meets" if value <= limit else "misses"
+    failed = sum(get(*k, "errors") or 0 for k in cells_used)
+    return v if failed == 0 else f"{v} ({failed} failed requests)"
 
 
 def cmd(*args):
     try:
         r = subprocess.run(args, capture_output=True, text=True, timeout=10)
-        return (r.stdout.strip() or r.stderr.strip())
+        return r.stdout.strip() or r.stderr.strip()
     except Exception:  # noqa: BLE001 - informational only
         return "?"
 
 
-rows = []
-for w in ["unary", "plain64", "logprobs", "stream"]:
-    for t in ["direct", "nginx", "genfront", "sidecar"]:
-        r = load(f"{w}-{t}")
-        front = None
-        if t == "nginx":
-            front = cpu_req(r, 0)
-        elif t == "genfront":
-            front = cpu_req(r, 0)
-        elif t == "sidecar":
-            a, b = cpu_req(r, 0), cpu_req(r, 1)
-            front = None if a is None or b is None else a + b
-        rows.append((w, t, r, front))
+lines = []
+p = lines.append
+p("# Benchmarks\n")
+p("Produced by `scripts/bench-compare.sh`" + (" (**QUICK=1 smoke run: figures are not meaningful**)" if quick else "")
+  + f": {run['duration_s']} s per cell, {rounds} round(s), median per cell; concurrency {', '.join(map(str, concs))}, closed loop. "
+  "All processes on loopback on one machine; the same load from `genfront bench` is sent, in the same run, directly to a "
+  "zero-delay native SGLang mock engine (`genfront mocker --api sglang --zero-delay`), through nginx `proxy_pass` (one "
+  f"worker), through smg {run['smg']} (`smg launch --policy round_robin`), through genfront in direct mode, and through "
+  "genfront + sidecar. Frontend CPU and RSS come from `/proc` over each measured window (genfront + sidecar summed for the "
+  "sidecar path; the nginx worker; smg's one process with all its threads). Absolute times on a shared 2-core machine "
+  "mean little; the ratios are the point.\n")
+p("## Machine\n")
+p(f"- {platform.machine()}, {os.cpu_count()} CPUs, kernel {platform.release()}")
+p(f"- {cmd('rustc', '--version')}; {cmd('nginx', '-v') or cmd('/usr/sbin/nginx', '-v')}; smg {run['smg']}")
+p(f"- genfront {cmd(os.path.join(here, '..', 'target', 'release', 'genfront'), '--version')}\n")
 
-
-def find(w, t):
-    for (w2, t2, r, front) in rows:
-        if (w2, t2) == (w, t):
-            return r, front
-    raise KeyError((w, t))
-
-
-u_ng, u_ng_cpu = find("unary", "nginx")
-u_gf, u_gf_cpu = find("unary", "genfront")
-u_sc, u_sc_cpu = find("unary", "sidecar")
-u_d, _ = find("unary", "direct")
-p_gf, p_gf_cpu = find("plain64", "genfront")
-l_gf, l_gf_cpu = find("logprobs", "genfront")
-s_gf, _ = find("stream", "genfront")
-s_gf_tok = cpu_tok(s_gf, 0)
-half_d, half_g = load("half-direct"), load("half-genfront")
-sat = load("sat-genfront")
-added_p50 = None if pct(half_g, "latency", "p50_us") is None else pct(half_g, "latency", "p50_us") - pct(half_d, "latency", "p50_us")
-added_p99 = None if pct(half_g, "latency", "p99_us") is None else pct(half_g, "latency", "p99_us") - pct(half_d, "latency", "p99_us")
+# ---- targets
+p("## Targets\n")
+p("| target | workload | concurrency | measured | value | status |")
+p("|---|---|---|---|---|---|")
+for w in workloads:
+    for c in concs:
+        g, s = get(w, c, "genfront", "cpu_req"), get(w, c, "smg", "cpu_req")
+        r = ratio(g, s)
+        p(f"| frontend CPU per request ≤ smg | {w} | {c} | genfront ÷ smg CPU µs/req | {fmt(r, 2)}× "
+          f"({fmt(g)} vs {fmt(s)} µs) | {verdict(r, 1.0, (w, c, 'genfront'), (w, c, 'smg'))} |")
+for w in workloads:
+    for c in concs:
+        g, n = get(w, c, "genfront", "cpu_req"), get(w, c, "nginx", "cpu_req")
+        r = ratio(g, n)
+        p(f"| frontend CPU per request ≤ 1.5× nginx | {w} | {c} | genfront ÷ nginx CPU µs/req | {fmt(r, 2)}× "
+          f"({fmt(g)} vs {fmt(n)} µs) | {verdict(r, 1.5, (w, c, 'genfront'), (w, c, 'nginx'))} |")
+for w in ("stream", "streamlp"):
+    if w in workloads:
+        for c in concs:
+            v = get(w, c, "genfront", "cpu_tok")
+            p(f"| streaming ≤ 2 µs CPU per token | {w} | {c} | genfront CPU µs per streamed token | {fmt(v, 2)} µs | {verdict(v, 2.0, (w, c, 'genfront'))} |")
+if "logprobs" in workloads and "plain64" in workloads:
+    for c in concs:
+        r = ratio(get('logprobs', c, "genfront", "cpu_req"), get('plain64', c, "genfront", "cpu_req"))
+        p(f"| logprob-heavy ≤ 2× plain | logprobs ÷ plain64 | {c} | genfront CPU per request, top-5 logprobs vs none | {fmt(r, 2)}× | {verdict(r, 2.0, ('logprobs', c, 'genfront'), ('plain64', c, 'genfront'))} |")
+if "prompt1m" in workloads:
+    for c in concs:
+        g, d = get('prompt1m', c, "genfront", "p50"), get('prompt1m', c, "direct", "p50")
+        v = None if g is None or d is None else g - d
+        p(f"| 1 MiB prompt adds ≤ 2 ms p50 | prompt1m | {c} | p50(genfront) − p50(direct) | {fmt(v, 3)} ms | {verdict(v, 2.0, ('prompt1m', c, 'genfront'), ('prompt1m', c, 'direct'))} |")
+half_d, half_g, sat = load("half-direct"), load("half-genfront"), load("sat-genfront")
+if half_d and half_g and sat:
+    a99 = ms(half_g, "latency", "p99_us") - ms(half_d, "latency", "p99_us")
+    a50 = ms(half_g, "latency", "p50_us") - ms(half_d, "latency", "p50_us")
+    p(f"| added p99 at half saturation ≤ 0.3 ms | unary | open loop | p99(genfront) − p99(direct) at {fmt(half_g['requests_per_s'], 0)} req/s "
+      f"(saturation {fmt(sat['requests_per_s'], 0)} req/s) | {fmt(a99, 3)} ms (p50 {fmt(a50, 3)} ms) | {verdict(a99, 0.3)} |")
 s10k = load("streams10k")
-peak = proc(s10k).get("rss_peak_bytes")
-per_stream_kib = None if peak is None else max(0, peak - idle_rss) / max(1, streams) / 1024.0
+if s10k:
+    n = run["streams"]
+    ok = errors(s10k) == 0 and s10k["requests"] == n
+    p(f"| {n} concurrent streams, zero errors | slow SSE | {n} | errors | {errors(s10k)} of {s10k['requests']} | {'meets' if ok else 'misses'} |")
+    peak = (s10k.get("processes") or [{}])[0].get("rss_peak_bytes")
+    per_peak = None if peak is None else max(0, peak - idle_rss) / max(1, n) / 1024.0
+    sampled = None
+    try:
+        rows = [tuple(map(int, ln.split())) for ln in open(os.path.join(work, "streams10k.rss")) if len(ln.split()) == 2]
+        top = max((fd for _, fd in rows), default=0)
+        open_ = [r for r, fd in rows if top and fd >= 0.98 * top]
+        if open_:
+            sampled = max(0, statistics.median(open_) - idle_rss) / max(1, n) / 1024.0
+    except OSError:
+        pass
+    p(f"| ≤ 16 KiB RSS per idle open stream | slow SSE | {n} | (RSS − idle RSS) / streams: median while all are open "
+      f"(peak) | {fmt(sampled)} KiB ({fmt(per_peak)} KiB) | {verdict(sampled if sampled is not None else per_peak, 16.0)} |")
+p("")
 
-r_cpu = ratio(u_gf_cpu, u_ng_cpu)
-r_lp = ratio(l_gf_cpu, p_gf_cpu)
+# ---- all cells
+p("## All runs\n")
+p("Medians over the rounds. *Added p50* is the target's p50 minus direct's in the same cell; CPU is the frontend's "
+  "own (engine CPU in the last column); *peak RSS* is the frontend's highest RSS over the cell's rounds.\n")
+p("| workload | conc | target | req/s | errors | p50 ms | p99 ms | added p50 ms | TTFT p50 ms | frontend CPU µs/req | µs/token | peak RSS MiB | engine CPU µs/req |")
+p("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+for w in workloads:
+    for c in concs:
+        d50 = get(w, c, "direct", "p50")
+        for t in targets:
+            x = cells.get((w, c, t))
+            if x is None:
+                p(f"| {w} | {c} | {t} | no report | | | | | | | | | |")
+                continue
+            added = None if t == "direct" or x["p50"] is None or d50 is None else x["p50"] - d50
+            rss = None if x["rss"] is None else x["rss"] / 2**20
+            p(f"| {w} | {c} | {t} | {fmt(x['rps'], 0)} | {x['errors']} | {fmt(x['p50'], 3)} | {fmt(x['p99'], 3)} | "
+              f"{fmt(added, 3)} | {fmt(x['ttft'], 3)} | {fmt(x['cpu_req'])} | {fmt(x['cpu_tok'], 2)} | {fmt(rss)} | {fmt(x['engine_cpu'])} |")
+p("")
+p("Workloads:\n")
+for w in workloads:
+    body = next((get(w, c, t, "body") for c in concs for t in targets if get(w, c, t, "body")), None)
+    extra = f" ({body} B request body)" if body else ""
+    if w == "experts":
+        try:
+            extra += f"; one answer is {int(open(os.path.join(work, 'experts-answer-bytes.txt')).read())} B"
+        except (OSError, ValueError):
+            pass
+    p(f"- `{w}`: {DESCR.get(w, w)}{extra}")
+p("")
+if "smg" in targets:
+    p("smg does not set `TCP_NODELAY` on its client sockets, so its small SSE writes wait for delayed ACKs (~40 ms "
+      "stalls); its streaming figures are reported as they are, and that is their cause.\n")
 
-print("# Benchmarks\n")
-print("Produced by `scripts/bench-compare.sh`" + (" (QUICK=1: reduced run sizes)" if quick else "") + ". "
-      "All processes on loopback on one machine; the same load is sent, in the same run, directly to a zero-delay native "
-      "SGLang mock engine, through nginx `proxy_pass`, through genfront in direct mode, and through genfront + sidecar. "
-      "Absolute times on a shared 2-core machine mean little; the ratios are the point.\n")
-print("## Machine\n")
-print(f"- {platform.machine()}, {os.cpu_count()} CPUs, kernel {platform.release()}")
-print(f"- {cmd('rustc', '--version')}; {cmd('nginx', '-v') or cmd('/usr/sbin/nginx', '-v')}")
-print(f"- genfront {cmd(os.path.join('target', 'release', 'genfront'), '--version')}\n")
-print("## Targets\n")
-print("| target | measured | value | status |")
-print("|---|---|---|---|")
-print(f"| frontend CPU per short unary request ≤ 1.5× nginx | genfront / nginx CPU per request | {fmt(r_cpu, 2)}× "
-      f"({fmt(u_gf_cpu)} µs vs {fmt(u_ng_cpu)} µs) | {verdict(r_cpu, 1.5)} |")
-print(f"| added p99 latency at half saturation ≤ 0.3 ms | p99(genfront) − p99(direct) at {fmt(half_g['requests_per_s'], 0)} req/s "
-      f"(saturation {fmt(sat['requests_per_s'], 0)} req/s) | {fmt(added_p99, 3)} ms (p50 {fmt(added_p50, 3)} ms) | {verdict(added_p99, 0.3)} |")
-print(f"| SSE relay ≤ 2 µs CPU per token | genfront CPU per streamed token (128-token streams, per-request cost included) | "
-      f"{fmt(s_gf_tok, 2)} µs | {verdict(s_gf_tok, 2.0)} |")
-print(f"| logprob-heavy ≤ 2× plain | genfront CPU per request, top-5 logprobs vs none (64 tokens) | {fmt(r_lp, 2)}× | {verdict(r_lp, 2.0)} |")
-print(f"| {streams} concurrent streams, zero errors | errors | {errors(s10k)} of {s10k['requests']} | "
-      f"{'meets target' if errors(s10k) == 0 and s10k['requests'] == streams else 'misses target'} |")
-print(f"| ≤ 16 KiB per idle stream | (peak RSS − idle RSS) / streams | {fmt(per_stream_kib, 1)} KiB | {verdict(per_stream_kib, 16.0)} |")
-print()
-print("## All runs\n")
-print("CPU is the frontend's own process CPU (genfront + sidecar for the sidecar path; the nginx worker for nginx); "
-      "latency is end to end at the client.\n")
-print("| workload | target | req/s | errors | p50 ms | p99 ms | TTFT p50 ms | ITL p50 ms | frontend CPU µs/req | engine CPU µs/req |")
-print("|---|---|---|---|---|---|---|---|---|---|")
-for (w, t, r, front) in rows:
-    engine_cpu = cpu_req(r, len(r.get("processes") or []) - 1)
-    print(f"| {w} | {t} | {fmt(r['requests_per_s'], 0)} | {errors(r)} | {fmt(pct(r, 'latency', 'p50_us'), 3)} | "
-          f"{fmt(pct(r, 'latency', 'p99_us'), 3)} | {fmt(pct(r, 'ttft', 'p50_us'), 3)} | {fmt(pct(r, 'itl', 'p50_us'), 3)} | "
-          f"{fmt(front)} | {fmt(engine_cpu)} |")
-print()
-print("Workloads: `unary` = prompt 32, 8 new tokens; `plain64` / `logprobs` = 64 new tokens without / with top-5 "
-      "logprobs; `stream` = SSE, 128 tokens; all closed loop at concurrency 16 unless noted.\n")
-
-notes = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "benchmark-changes.md")
-if os.path.exists(notes):
-    with open(notes) as f:
-        print(f.read())
+# ---- hand-written sections carried over
+carried = None
+try:
+    with open(os.path.join(docs, "benchmarks.md")) as f:
+        old = f.read()
+    i = old.find("\n## What was changed")
+    if i >= 0:
+        carried = old[i + 1:]
+except OSError:
+    pass
+if carried is None:
+    try:
+        with open(os.path.join(docs, "benchmark-changes.md")) as f:
+            carried = f.read()
+    except OSError:
+        carried = ""
+text = "\n".join(lines) + "\n" + carried
+with open(out + ".tmp", "w") as f:
+    f.write(text if text.endswith("\n") else text + "\n")
+os.replace(out + ".tmp", out)
