@@ -154,6 +154,9 @@ pub struct FrameDecoder {
     usage: Usage,
     /// A terminal frame was decoded.
     finished: bool,
+    /// The previous relayed cumulative frame's array spans, so the next relay scan skips
+    /// what it repeats (see `fast`).
+    memo: fast::Memo,
 }
 
 fn internal(message: impl Into<String>) -> EngineError {
@@ -176,6 +179,7 @@ impl FrameDecoder {
             prompt_sent: false,
             usage,
             finished: false,
+            memo: fast::Memo::default(),
         }
     }
 
@@ -883,6 +887,7 @@ fn strip_typed(frame: &mut Map<String, Value>) {
     }
 }
 
+mod fast;
 mod parse;
 mod relay;
 

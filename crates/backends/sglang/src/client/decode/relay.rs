@@ -81,11 +81,23 @@ impl FrameDecoder {
         if self.finished {
             return Relay::Typed(body);
         }
-        let Some(scanned) = scan(&body, rid) else {
-            return Relay::Typed(body);
+        // A cumulative frame is scanned past the array prefixes the previous accepted frame
+        // already held (`fast`); whatever that scan does not take goes to the full scan.
+        let memo = std::mem::take(&mut self.memo);
+        let (scanned, spans) = match (!self.cfg.incremental && !terminal)
+            .then(|| super::fast::scan(&body, rid, &memo, self.delivered))
+            .flatten()
+        {
+            Some((scanned, spans)) => (scanned, Some(spans)),
+            None => match scan(&body, rid) {
+                Some(scanned) => (scanned, None),
+                None => return Relay::Typed(body),
+            },
         };
+        drop(memo);
         let Scanned {
             mut token_ids,
+            skipped,
             finish,
             counts,
             id,
@@ -99,10 +111,12 @@ impl FrameDecoder {
         // The new ids: all of an incremental frame's; a cumulative frame's past those delivered
         // (an abort frame may carry fewer: it adds none). Any other shrink is the typed
         // decoder's contract error.
+        // `token_ids` leaves out the first `skipped` ids (never more than those delivered).
+        let total = skipped + token_ids.len();
         let new_ids = if self.cfg.incremental {
             token_ids
-        } else if self.delivered <= token_ids.len() {
-            token_ids.split_off(self.delivered)
+        } else if self.delivered <= total {
+            token_ids.split_off(self.delivered.saturating_sub(skipped))
         } else if is_abort {
             Vec::new()
         } else {
@@ -128,13 +142,19 @@ impl FrameDecoder {
         self.delivered += new_ids.len();
         self.last_token = last_token;
         self.usage = usage;
+        let body = bytes::Bytes::from(body);
+        if let Some(spans) = spans
+            && !self.finished
+        {
+            self.memo = spans.into_memo(body.clone());
+        }
         Relay::Output(Box::new(EngineOutput {
             index: self.cfg.index,
             token_ids: new_ids,
             finish_reason,
             usage: Some(usage),
             native: Some(NativeAnswer {
-                body: body.into(),
+                body,
                 ids: vec![id],
             }),
             ..EngineOutput::default()
@@ -143,15 +163,22 @@ impl FrameDecoder {
 }
 
 /// What the scan read.
-struct Scanned {
-    token_ids: Vec<u32>,
-    finish: Option<Value>,
-    counts: [Option<u32>; 3],
-    id: std::ops::Range<usize>,
+pub(super) struct Scanned {
+    /// The output ids past the first `skipped`.
+    pub(super) token_ids: Vec<u32>,
+    /// Leading output ids left out of `token_ids` (the fast scan's remembered prefix; 0 for
+    /// the full scan).
+    pub(super) skipped: usize,
+    /// `meta_info.finish_reason`, `null` as `None`.
+    pub(super) finish: Option<Value>,
+    /// `prompt_tokens`, `completion_tokens`, `cached_tokens`.
+    pub(super) counts: [Option<u32>; 3],
+    /// The byte range of `meta_info.id` (a JSON string, quotes included).
+    pub(super) id: std::ops::Range<usize>,
 }
 
 /// Read `body`; `None` when it is not a plain answer to `rid`.
-fn scan(body: &[u8], rid: &str) -> Option<Scanned> {
+pub(super) fn scan(body: &[u8], rid: &str) -> Option<Scanned> {
     let answer: Answer<'_> = serde_json::from_slice(body).ok()?;
     if answer.error.is_some() {
         return None;
@@ -171,6 +198,7 @@ fn scan(body: &[u8], rid: &str) -> Option<Scanned> {
     }
     Some(Scanned {
         token_ids: answer.output_ids.unwrap_or_default(),
+        skipped: 0,
         finish,
         counts: [
             meta.prompt_tokens,
