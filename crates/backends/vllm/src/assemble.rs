@@ -386,8 +386,14 @@ impl VllmAssembler {
     /// without a chunk of genfront's own.
     ///
     /// # Errors
-    /// A contract error for any other output.
+    /// vLLM's 500 for an error finish (a chunk with `finish_reason: "error"`, decoded typed, as
+    /// on the typed path); a contract error for any other output.
     fn relayed_stream_typed(&mut self, out: &EngineOutput) -> Result<(), GenerateError> {
+        if let Some(FinishReason::Error { message }) = &out.finish_reason {
+            return Err(GenerateError::Engine(EngineError::internal(
+                message.clone(),
+            )));
+        }
         match (self.choices.get_mut(out.index as usize), &out.finish_reason) {
             (Some(c), Some(f @ FinishReason::Cancelled { .. }))
                 if out.token_ids.is_empty() && c.finish.is_none() =>

@@ -281,3 +281,26 @@ async fn a_cancelled_stream_relays_vllms_abort_chunk() {
         chunks("generate-tokens-client-1", r#""abort""#)[1]
     );
 }
+
+#[tokio::test]
+async fn an_error_chunk_in_a_relayed_stream_is_vllms_500() {
+    let (fake, engine) = engine().await;
+    let wire = chunks(NATIVE_ID, r#""error""#);
+    fake.script(Script::Stream(vec![Step::Send(sse_of(&wire))]));
+    let (request, mut assembler) = prepare(&engine, &stream_body());
+    let out = oks(run(&engine, request).await);
+    // The first chunk relayed; the error chunk decoded typed, the usage chunk after it too.
+    assert!(out[0].native.is_some());
+    assert!(out[1..].iter().all(|o| o.native.is_none()), "{out:?}");
+    let mut events = Vec::new();
+    let mut failed = None;
+    for item in out {
+        if let Err(e) = assembler.on_output(0, item, &mut events) {
+            failed = Some(e);
+            break;
+        }
+    }
+    let e = failed.expect("an error");
+    assert_eq!(e.status().as_u16(), 500, "{e}");
+    assert_eq!(events.len(), 1);
+}

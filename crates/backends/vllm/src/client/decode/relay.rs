@@ -97,7 +97,13 @@ impl Decoder {
     }
 
     fn relay_any(&mut self, body: Vec<u8>, native_id: &str, unary: bool) -> Relay {
-        if self.spec.n != 1 || self.spec.discard_output || body.as_slice() == b"[DONE]" {
+        // A typed finishing item held for the usage chunk keeps the stream typed to its end, so
+        // the items stay in order.
+        if self.spec.n != 1
+            || self.spec.discard_output
+            || self.held.is_some()
+            || body.as_slice() == b"[DONE]"
+        {
             return Relay::Typed(body);
         }
         let Some((choice, usage, id)) = scan(&body, native_id) else {
