@@ -109,8 +109,10 @@ pub(crate) fn generate(
             // Relay: the request asks for it and this is SGLang's answer to the whole request
             // (one dispatch, no P/D leg), never a split sample: its unary answer, or its stream
             // when the server streams cumulatively (the SGLang format asks for stream relay
-            // only on a cumulative route).
+            // only on a cumulative route). Only an SGLang client's own request: another
+            // format's relay flag means its own engine's bytes, never SGLang's.
             let relay = request.output.relay
+                && request.native.format == crate::FORMAT_NAME
                 && n_dispatch == 1
                 && request.pd.is_none()
                 && (d.unary || !inner.incremental);
