@@ -9,7 +9,10 @@
 //! bytes and the next token after them is `,` or `]`, those elements are skipped with one byte
 //! compare (they are byte for byte elements the previous scan already validated, in the same
 //! array context, so they are still valid and — for `output_ids` — still `u32`s); only the
-//! tail is lexed. Everything else is lexed with `serde_json` one value at a time.
+//! tail is lexed. A string value the scan does not read (the cumulative `text`) is resumed the
+//! same way: when it starts with the previous frame's content, only the rest is lexed (as
+//! `serde_json` lexes an ignored string). Everything else is lexed with `serde_json` one value
+//! at a time.
 //!
 //! The scan is conservative: whatever it does not take as the plain common shape (escaped or
 //! non-UTF-8 keys, duplicate read keys, an `error` key, `null` ids, a non-object frame, …)
@@ -38,6 +41,8 @@ enum Level {
 struct Span {
     level: Level,
     key: Box<[u8]>,
+    /// A string value (`range`: its content, quotes excluded; `count` 0), not an array.
+    string: bool,
     range: std::ops::Range<usize>,
     count: usize,
     /// How many of those elements this frame skipped (read from the previous frame's span);
@@ -55,10 +60,10 @@ pub(super) struct Memo {
 }
 
 impl Memo {
-    fn find(&self, level: Level, key: &[u8]) -> Option<&Span> {
+    fn find(&self, level: Level, key: &[u8], string: bool) -> Option<&Span> {
         self.spans
             .iter()
-            .find(|s| s.level == level && &*s.key == key)
+            .find(|s| s.level == level && s.string == string && &*s.key == key)
     }
 }
 
@@ -176,6 +181,53 @@ impl<'a> Cur<'a> {
             each(self)?;
             end = self.pos;
             count += 1;
+        }
+    }
+}
+
+impl Cur<'_> {
+    /// The string whose `"` is next, its content skipped as far as it starts with `prev` (the
+    /// previous frame's content of this string: complete characters and escapes, so lexing
+    /// resumes after it in the state it ended in), the rest lexed as `serde_json` lexes a
+    /// string it ignores (escapes checked, control characters refused, UTF-8 not checked).
+    /// Returns the content's range and 1 when `prev` was skipped.
+    fn string(&mut self, prev: Option<&[u8]>) -> Option<(std::ops::Range<usize>, usize)> {
+        if self.peek()? != b'"' {
+            return None;
+        }
+        let start = self.pos + 1;
+        self.pos = start;
+        let mut skipped = 0;
+        if let Some(p) = prev
+            && !p.is_empty()
+            && self.b.get(start..)?.starts_with(p)
+        {
+            self.pos = start + p.len();
+            skipped = 1;
+        }
+        loop {
+            let c = *self.b.get(self.pos)?;
+            self.pos += 1;
+            match c {
+                b'"' => return Some((start..self.pos - 1, skipped)),
+                b'\\' => {
+                    let e = *self.b.get(self.pos)?;
+                    self.pos += 1;
+                    match e {
+                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {}
+                        b'u' => {
+                            let hex = self.b.get(self.pos..self.pos + 4)?;
+                            if !hex.iter().all(u8::is_ascii_hexdigit) {
+                                return None;
+                            }
+                            self.pos += 4;
+                        }
+                        _ => return None,
+                    }
+                }
+                0..0x20 => return None,
+                _ => {}
+            }
         }
     }
 }
@@ -339,6 +391,16 @@ fn other(
     level: Level,
     key: &[u8],
 ) -> Option<()> {
+    if cur.peek()? == b'"' {
+        let prev = memo
+            .find(level, key, true)
+            .and_then(|s| memo.body.get(s.range.clone()));
+        let (range, skipped) = cur.string(prev)?;
+        let mut s = span(level, key, range, 0, skipped);
+        s.string = true;
+        spans.push(s);
+        return Some(());
+    }
     if cur.peek()? != b'[' {
         cur.value::<IgnoredAny>()?;
         return Some(());
@@ -350,7 +412,7 @@ fn other(
 }
 
 fn remembered<'m>(memo: &'m Memo, level: Level, key: &[u8]) -> Option<(&'m [u8], usize)> {
-    let s = memo.find(level, key)?;
+    let s = memo.find(level, key, false)?;
     Some((memo.body.get(s.range.clone())?, s.count))
 }
 
@@ -364,6 +426,7 @@ fn span(
     Span {
         level,
         key: key.into(),
+        string: false,
         range,
         count,
         skipped,
@@ -522,8 +585,8 @@ mod tests {
     }
 
     /// The fast scan against the full scan on one frame: when the fast scan answers, it is
-    /// the full scan's answer. Returns the fewest elements it skipped in any growing array,
-    /// if it answered.
+    /// the full scan's answer. Returns the fewest elements it skipped in any growing array
+    /// (`usize::MAX` when the text did not resume after its previous content), if it answered.
     fn check(body: &[u8], rid: &str, memo: &mut Memo, delivered: usize) -> Option<usize> {
         let full = relay::scan(body, rid);
         let fast = scan(body, rid, memo, delivered);
@@ -539,10 +602,17 @@ mod tests {
         assert_eq!(full.finish, fast.finish);
         assert_eq!(full.counts, fast.counts);
         assert_eq!(full.id, fast.id);
-        let growing = spans.0.iter().filter(|s| &*s.key != b"routed");
+        let growing = spans.0.iter().filter(|s| &*s.key != b"routed" && !s.string);
+        // The text resumes after its previous content (there is one once a frame was read).
+        let text_ok = memo.spans.is_empty()
+            || spans
+                .0
+                .iter()
+                .filter(|s| s.string && &*s.key == b"text")
+                .all(|t| t.skipped == 1);
         let least = growing.map(|s| s.skipped).min().unwrap_or(0);
         *memo = spans.into_memo(bytes::Bytes::copy_from_slice(body));
-        Some(least)
+        Some(if text_ok { least } else { usize::MAX })
     }
 
     proptest! {
@@ -580,8 +650,8 @@ mod tests {
                 match check(&body, rid, &mut memo, delivered) {
                     Some(least) => {
                         // Every growing array (ids, logprob lists) skipped the elements of
-                        // the previous frame.
-                        all_skipped &= least + 1 == n;
+                        // the previous frame, and the text its previous content.
+                        all_skipped &= least.checked_add(1) == Some(n);
                         delivered = n;
                     }
                     None => {
