@@ -226,6 +226,89 @@ fn member<T: Serialize + ?Sized>(out: &mut Vec<u8>, first: &mut bool, key: &str,
     let _ = serde_json::to_writer(&mut *out, value);
 }
 
+/// Append `"key":[id,…]`, like [`member`] with a `&[u32]` but without serde's per-id
+/// `write_all` (on a 185k-id prompt those small copies and the formatter were a sixth of the
+/// frontend's CPU): each id's decimal digits are stored straight into `out`. The bytes are
+/// exactly serde_json's compact form (`[1,22,333]`, `[]` when empty).
+fn ids_member(out: &mut Vec<u8>, first: &mut bool, key: &str, ids: &[u32]) {
+    if !*first {
+        out.push(b',');
+    }
+    *first = false;
+    let _ = serde_json::to_writer(&mut *out, key);
+    out.push(b':');
+    write_ids(out, ids);
+}
+
+/// Append `ids` as a compact JSON list of decimal integers.
+///
+/// The digits go into a stack buffer two at a time (a 200-byte pair table, as `itoa` does) and
+/// the buffer into `out` once per few hundred ids, so the loop has no per-id capacity check or
+/// small copy.
+fn write_ids(out: &mut Vec<u8>, ids: &[u32]) {
+    /// `"00" ..= "99"`.
+    const PAIRS: &[u8; 200] = b"\
+        0001020304050607080910111213141516171819\
+        2021222324252627282930313233343536373839\
+        4041424344454647484950515253545556575859\
+        6061626364656667686970717273747576777879\
+        8081828384858687888990919293949596979899";
+    /// Room for one id (10 digits) and its separator.
+    const ID_MAX: usize = 11;
+    let mut buf = [0u8; 4096];
+    let mut pos = 0;
+    out.reserve(ids.len().saturating_mul(6).saturating_add(2));
+    out.push(b'[');
+    for (i, &id) in ids.iter().enumerate() {
+        if pos > buf.len() - ID_MAX {
+            out.extend_from_slice(&buf[..pos]);
+            pos = 0;
+        }
+        if i > 0 {
+            buf[pos] = b',';
+            pos += 1;
+        }
+        let len = decimal_len(id);
+        let mut end = pos + len;
+        let mut n = id;
+        while n >= 100 {
+            // Below 100, so the index stays inside `PAIRS`.
+            let pair = (n % 100) as usize * 2;
+            n /= 100;
+            end -= 2;
+            buf[end] = PAIRS[pair];
+            buf[end + 1] = PAIRS[pair + 1];
+        }
+        if n >= 10 {
+            let pair = n as usize * 2;
+            buf[end - 2] = PAIRS[pair];
+            buf[end - 1] = PAIRS[pair + 1];
+        } else {
+            // A single digit: `n` is below 10, so the cast keeps it.
+            buf[end - 1] = b'0' + n as u8;
+        }
+        pos += len;
+    }
+    out.extend_from_slice(&buf[..pos]);
+    out.push(b']');
+}
+
+/// Number of decimal digits of `n` (1 for 0).
+fn decimal_len(n: u32) -> usize {
+    match n {
+        0..=9 => 1,
+        10..=99 => 2,
+        100..=999 => 3,
+        1_000..=9_999 => 4,
+        10_000..=99_999 => 5,
+        100_000..=999_999 => 6,
+        1_000_000..=9_999_999 => 7,
+        10_000_000..=99_999_999 => 8,
+        100_000_000..=999_999_999 => 9,
+        _ => 10,
+    }
+}
+
 /// The typed value of a per-item scalar key, to replace a batch-shaped list.
 fn typed_scalar(request: &EngineRequest, key: &str) -> Option<Value> {
     let out = &request.output;
@@ -271,7 +354,7 @@ fn native_body(
             }
             "input_ids" => {
                 has_ids = true;
-                member(&mut out, first, k, &request.token_ids);
+                ids_member(&mut out, first, k, &request.token_ids);
             }
             // A text prompt (no ids: the format let it through because the engine has a
             // tokenizer) is the engine's to tokenize; otherwise the ids replace it.
@@ -310,7 +393,7 @@ fn native_body(
         member(&mut out, first, "rid", rid);
     }
     if !has_ids {
-        member(&mut out, first, "input_ids", &request.token_ids);
+        ids_member(&mut out, first, "input_ids", &request.token_ids);
     }
     if !has_stream {
         member(&mut out, first, "stream", &stream);

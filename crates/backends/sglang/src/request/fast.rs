@@ -19,41 +19,32 @@ use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
-use serde_json::value::RawValue;
 
 use super::{IdLists, PromptIds};
 use crate::json::Obj;
 
 /// Read `body` on the fast path: the object (with `input_ids: null` when the body has the key)
 /// and the typed ids. `None`: take the full `Value` path.
+///
+/// The ids are read in the same single pass over the body as the other keys (no raw-text skip
+/// and re-parse: on a 1 MiB body of ids that second pass was a fifth of the frontend's CPU).
+/// An `input_ids` the fast path does not take fails the whole read, so the caller falls back.
 pub(crate) fn parse(body: &[u8]) -> Option<(Obj, Option<IdLists>)> {
-    let top: TopLevel<'_> = serde_json::from_slice(body).ok()?;
-    let ids = match top.ids {
-        None => None,
-        Some(raw) => Some(read_ids(raw.get())?),
-    };
-    Some((top.obj, ids))
+    let top: TopLevel = serde_json::from_slice(body).ok()?;
+    Some((top.obj, top.ids))
 }
 
-/// `input_ids` as a flat or nested list of `u32` ids; `None` for anything else.
-fn read_ids(raw: &str) -> Option<IdLists> {
-    let mut de = serde_json::Deserializer::from_str(raw);
-    let ids = IdsSeed.deserialize(&mut de).ok()?;
-    de.end().ok()?;
-    Some(ids)
-}
-
-/// The top-level object, `input_ids` kept as its raw text.
-struct TopLevel<'a> {
+/// The top-level object (with the `input_ids` placeholder) and the typed ids.
+struct TopLevel {
     obj: Obj,
-    ids: Option<&'a RawValue>,
+    ids: Option<IdLists>,
 }
 
-impl<'de> de::Deserialize<'de> for TopLevel<'de> {
+impl<'de> de::Deserialize<'de> for TopLevel {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
         impl<'de> Visitor<'de> for V {
-            type Value = TopLevel<'de>;
+            type Value = TopLevel;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a JSON object")
             }
@@ -61,10 +52,10 @@ impl<'de> de::Deserialize<'de> for TopLevel<'de> {
                 let mut obj = Obj::new();
                 let mut ids = None;
                 // A repeated key keeps its first position and its last value, as
-                // `serde_json::Map` does.
+                // `serde_json::Map` does (every repeat must be ids the fast path takes).
                 while let Some(key) = map.next_key::<String>()? {
                     if key == "input_ids" {
-                        ids = Some(map.next_value::<&'de RawValue>()?);
+                        ids = Some(map.next_value_seed(IdsSeed)?);
                         obj.insert(key, Value::Null);
                     } else {
                         let v: Value = map.next_value()?;
@@ -203,6 +194,8 @@ mod tests {
             r#"[1, 2]"#,
             r#"{"input_ids": [1]"#,
             r#"{"input_ids": [1]} x"#,
+            // A repeat is read like the first, so an invalid first one falls back too.
+            r#"{"input_ids": [-1], "input_ids": [1]}"#,
         ] {
             assert!(parse(body.as_bytes()).is_none(), "{body}");
         }

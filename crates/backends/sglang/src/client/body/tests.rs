@@ -466,3 +466,31 @@ fn typed_body_names_kv_transfer_params() {
         err.message
     );
 }
+
+#[test]
+fn ids_are_written_as_serde_json_writes_them() {
+    for ids in [
+        vec![],
+        vec![0],
+        vec![7, 8, 9],
+        vec![9, 10, 99, 100, 999_999, 1_000_000, 4_294_967_294, u32::MAX],
+        // Past one stack buffer (4096 bytes), with every digit count.
+        (0..5_000u32)
+            .map(|i| i.wrapping_mul(2_654_435_761) >> (i % 32))
+            .collect(),
+        vec![u32::MAX; 1_000],
+    ] {
+        let mut out = Vec::new();
+        super::write_ids(&mut out, &ids);
+        assert_eq!(
+            out,
+            serde_json::to_vec(&ids).expect("ids serialise"),
+            "{ids:?}"
+        );
+    }
+    let mut out = b"{".to_vec();
+    let first = &mut true;
+    super::ids_member(&mut out, first, "input_ids", &[1, 20]);
+    super::ids_member(&mut out, first, "x", &[]);
+    assert_eq!(out, br#"{"input_ids":[1,20],"x":[]"#);
+}
