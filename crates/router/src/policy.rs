@@ -82,6 +82,10 @@ impl FromStr for PolicyKind {
     }
 }
 
+/// Most block-prefix hashes one prompt keeps in full (see `Policy::chain`): past it, every
+/// `stride`-th block-prefix, so a long prompt costs a bounded number of table entries.
+const MAX_CHAIN: usize = 128;
+
 /// Tuning of the `prefix` and `session` policies.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AffinityConfig {
@@ -268,23 +272,32 @@ impl Policy {
             && (busy as f64) > (least as f64) * self.config.balance_rel
     }
 
-    /// Block-prefix hashes of the prompt: entry `i` covers `ends[i]` tokens.
+    /// Block-prefix hashes of the prompt, as `(hash, tokens covered)`, shortest first: every
+    /// block-prefix of a prompt of up to [`MAX_CHAIN`] blocks; for a longer prompt every
+    /// `stride`-th one (a power of two, so prompts of any length share the positions of the
+    /// larger stride) and the whole prompt. A 185,000-token prompt is then 91 table entries, not
+    /// 11,600, at a cost of at most the longer prompt's `stride` blocks of match precision (under
+    /// 1/64 of it).
     fn chain(&self, req: &RouteRequest<'_>) -> Vec<(u64, usize)> {
         let block = self.config.block_tokens.max(1);
+        let blocks = req.tokens.len().div_ceil(block);
+        let stride = blocks.div_ceil(MAX_CHAIN).next_power_of_two();
         let mut h = self.hasher.build_hasher();
         if let Some(ns) = req.namespace {
             h.write(ns.as_bytes());
         }
         h.write_u8(0xff);
-        let mut out = Vec::with_capacity(req.tokens.len() / block + 1);
+        let mut out = Vec::with_capacity(blocks / stride + 2);
         let mut covered = 0;
-        for chunk in req.tokens.chunks(block) {
+        for (i, chunk) in req.tokens.chunks(block).enumerate() {
             for t in chunk {
                 h.write_u32(*t);
             }
             covered += chunk.len();
             // A partial last block is its own key, so short identical prompts share too.
-            out.push((h.finish(), covered));
+            if (i + 1) % stride == 0 || i + 1 == blocks {
+                out.push((h.finish(), covered));
+            }
         }
         out
     }
@@ -428,6 +441,50 @@ mod tests {
         assert_eq!(rid_lineage("rollout_t"), "rollout_t");
         assert_eq!(rid_lineage("_t1"), "_t1");
         assert_eq!(rid_lineage("plain"), "plain");
+    }
+
+    #[test]
+    fn long_prompts_keep_a_bounded_chain_that_still_matches_across_lengths() {
+        let p = Policy::new(
+            PolicyKind::Prefix,
+            AffinityConfig::default(),
+            RouterMetrics::default(),
+        );
+        let req = |tokens: &[u32]| -> Vec<(u64, usize)> {
+            p.chain(&RouteRequest {
+                tokens,
+                namespace: None,
+                session: None,
+            })
+        };
+        // Short prompts: every block-prefix, the partial last block included.
+        let short: Vec<u32> = (0..40).collect();
+        let c = req(&short);
+        assert_eq!(c.iter().map(|e| e.1).collect::<Vec<_>>(), [16, 32, 40]);
+        // A 185,496-token prompt: a bounded chain ending with the whole prompt.
+        let long: Vec<u32> = (0..185_496).collect();
+        let c = req(&long);
+        assert!(c.len() <= MAX_CHAIN + 1, "{} entries", c.len());
+        assert_eq!(c.last().map(|e| e.1), Some(long.len()));
+        // A prompt sharing the first 100,000 tokens (another stride) shares an entry that
+        // covers all of that prefix but less than 1/64 of the longer prompt.
+        let mut other = long[..100_000].to_vec();
+        other.extend(900_000..900_500u32);
+        let d = req(&other);
+        let shared = c
+            .iter()
+            .filter(|e| d.contains(e))
+            .map(|e| e.1)
+            .max()
+            .unwrap_or(0);
+        assert!(
+            shared <= 100_000 && shared >= 100_000 - long.len() / 64,
+            "{shared}"
+        );
+        // A different first token shares nothing.
+        let mut changed = long.clone();
+        changed[0] = 7;
+        assert!(req(&changed).iter().all(|e| !c.contains(e)));
     }
 
     #[test]
