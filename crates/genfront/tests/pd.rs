@@ -432,6 +432,9 @@ async fn every_native_field_a_worker_emits_has_an_explicit_merge_rule() {
             for sub in prepared.subs {
                 let mut request = sub.request;
                 request.request_id = genfront_frontend::mint_request_id();
+                // The typed path, as on a P/D leg: a relayed answer carries the engine's bytes,
+                // not the pass-through fields the merge rules cover (relay never runs with P/D).
+                request.output.relay = false;
                 let mut out = engine.generate(request, CancellationToken::new());
                 while let Some(item) = out.next().await {
                     let item = item.expect("output");
