@@ -157,7 +157,9 @@ pub trait Assembler: Send {
 /// What an abort call selects (see [`AbortRoute`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AbortSelector {
-    /// Every in-flight request whose abort key starts with this prefix (SGLang rule).
+    /// When a request with exactly this abort key is in flight, every in-flight request whose
+    /// key starts with it; otherwise none (SGLang 0.5.23: the tokenizer manager drops an abort
+    /// for a rid it does not hold, the scheduler then matches by prefix).
     Prefix(String),
     /// Requests whose abort key equals one of these (vLLM rule).
     Exact(Vec<String>),

@@ -8,8 +8,8 @@
 //! - an exact-id abort (vLLM) costs one `O(log n)` lookup per id, done in chunks of
 //!   [`ABORT_CHUNK`] ids per lock acquisition: a 1M-id abort never holds the lock for more than
 //!   one chunk, and other requests register and finish between chunks;
-//! - a prefix abort (SGLang's rule: every rid that starts with the given one) is a range scan of
-//!   the matching keys only, never of all in flight;
+//! - a prefix abort (SGLang's rule: when the given rid itself is in flight, every rid that starts
+//!   with it) is one lookup and a range scan of the matching keys only, never of all in flight;
 //! - an owner-scoped abort (a tenant's key) only ever looks at that owner's map, so another
 //!   tenant's requests cannot match, whatever the prefix.
 
@@ -175,6 +175,13 @@ impl InFlight {
             }
             AbortSelector::Prefix(p) => {
                 let maps = self.inner.lock();
+                // SGLang 0.5.23 `TokenizerManager.abort_request`: a rid that is not itself in
+                // flight is dropped before the scheduler's prefix match ever runs (one
+                // tokenizer worker, the default), so "job" aborts nothing while only "job-1"
+                // and "job-10" run; once "job" runs, it takes "job-1" and "job-10" with it.
+                if !maps.maps(format, scope).any(|m| m.contains_key(p.as_str())) {
+                    return 0;
+                }
                 let slots: Vec<u64> = maps
                     .maps(format, scope)
                     .flat_map(|m| {
@@ -240,6 +247,12 @@ mod tests {
         let _c = r.register("sglang", 0, "xabc".into(), toks[2].clone());
         let _d = r.register("vllm", 0, "abc".into(), toks[3].clone());
         assert_eq!(
+            r.abort("sglang", ALL, &AbortSelector::Prefix("ab".into())),
+            0,
+            "no request has the rid \"ab\" itself"
+        );
+        assert!(toks.iter().all(|t| !t.is_cancelled()));
+        assert_eq!(
             r.abort("sglang", ALL, &AbortSelector::Prefix("abc".into())),
             2
         );
@@ -265,13 +278,20 @@ mod tests {
         let b = CancellationToken::new();
         let _a = r.register("sglang", 1, "0abc".into(), a.clone());
         let _b = r.register("sglang", 2, "0abd".into(), b.clone());
-        for c in "0123456789abcdef".chars() {
-            r.abort(
+        for p in ["0", "0a", "0ab", "0abd"] {
+            let n = r.abort(
                 "sglang",
                 AbortScope::Owner(1),
-                &AbortSelector::Prefix(c.to_string()),
+                &AbortSelector::Prefix(p.to_owned()),
             );
+            assert_eq!(n, 0, "{p}: not owner 1's own rid in flight");
         }
+        assert!(!a.is_cancelled() && !b.is_cancelled());
+        r.abort(
+            "sglang",
+            AbortScope::Owner(1),
+            &AbortSelector::Prefix("0abc".into()),
+        );
         assert!(a.is_cancelled() && !b.is_cancelled());
         let exact = AbortSelector::Exact(vec!["0abd".into()]);
         assert_eq!(r.abort("sglang", AbortScope::Owner(1), &exact), 0);

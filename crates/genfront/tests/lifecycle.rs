@@ -132,6 +132,11 @@ async fn sglang_abort_request_follows_the_prefix_rule() {
     let abc1 = open_stream(&s, "/generate", long_sglang("abc_1", true)).await;
     let xabc = open_stream(&s, "/generate", long_sglang("xabc", true)).await;
     tokio::time::sleep(Duration::from_millis(40)).await;
+    // SGLang drops an abort whose rid is not itself in flight: "ab" aborts nothing.
+    let r = s.post("/abort_request", &json!({"rid": "ab"})).await;
+    assert_eq!(r.status().as_u16(), 200);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!abc.is_finished() && !abc1.is_finished() && !xabc.is_finished());
     let r = s.post("/abort_request", &json!({"rid": "abc"})).await;
     assert_eq!(r.status().as_u16(), 200);
     for h in [abc, abc1] {

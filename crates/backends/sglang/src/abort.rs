@@ -1,7 +1,10 @@
 //! SGLang's `POST /abort_request` (`spec/sglang-native.md` §11): `{"rid": str, "abort_all": bool}`.
 //!
-//! The scheduler aborts every request whose rid *starts with* the given rid, so the selector is a
-//! prefix; `abort_all` selects everything; an empty rid without `abort_all` is ignored (SGLang logs
+//! The scheduler aborts every request whose rid *starts with* the given rid, but only once the
+//! tokenizer manager found that rid itself in flight (`TokenizerManager.abort_request`,
+//! sglang/srt/managers/tokenizer_manager.py:2241, SGLang 0.5.23: an unknown rid returns before
+//! the scheduler sees it), so the selector is a prefix gated on an exact match (see
+//! [`AbortSelector::Prefix`]); `abort_all` selects everything; an empty rid without `abort_all` is ignored (SGLang logs
 //! "Ignore abort_request with empty rid and abort_all=False").
 
 use genfront_format::{AbortSelector, GenerateError};

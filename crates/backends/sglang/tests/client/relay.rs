@@ -414,3 +414,52 @@ async fn cancelling_a_relayed_stream_relays_the_abort_frame() {
         frame("s-2", &[5, 6], abort)
     );
 }
+
+/// SGLang 0.5.23 streams an abort that carries a `status_code` (a scheduler abort: server busy,
+/// a bad request found late) as the frame it is, then `[DONE]` — `_handle_abort_finish_reason`
+/// raises it only for a unary answer — so the relayed stream ends with the engine's own frame.
+#[tokio::test]
+async fn a_status_coded_abort_frame_of_a_stream_is_relayed_as_the_engine_wrote_it() {
+    let fake = fake::start(false).await;
+    let e = connect(&fake).await;
+    let abort = r#"{"type":"abort","message":"server busy","status_code":503,"err_type":"ServiceUnavailable"}"#;
+    let frames = [frame(RID, &[5], "null"), frame(RID, &[5, 6], abort)];
+    fake.shared
+        .push(Reply::Sse(chunks(&sse_of(&frames), &[13]), End::Close));
+    let (req, p) = request(
+        &e,
+        &json!({"rid": "s-2", "input_ids": [1, 2, 3], "stream": true}),
+    );
+    assert!(req.output.relay);
+    let outs: Vec<EngineOutput> = collect(e.generate(req, CancellationToken::new()))
+        .await
+        .into_iter()
+        .map(|i| i.unwrap_or_else(|e| panic!("{e}")))
+        .collect();
+    assert_eq!(outs.len(), 2);
+    assert_eq!(
+        outs[1].finish_reason,
+        Some(FinishReason::Cancelled {
+            message: "server busy".into()
+        })
+    );
+    let mut assembler = p.assembler;
+    let mut events = Vec::new();
+    for o in outs {
+        assembler
+            .on_output(0, o, &mut events)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    assembler
+        .finish_stream(&mut events)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let got: Vec<String> = events
+        .iter()
+        .map(|e| String::from_utf8_lossy(e).into_owned())
+        .collect();
+    assert_eq!(
+        got,
+        [frame("s-2", &[5], "null"), frame("s-2", &[5, 6], abort)],
+        "the engine's abort frame, the rid edited"
+    );
+}

@@ -12,7 +12,7 @@
 //! answer without a finish reason, a cumulative frame whose ids shrank without an abort) goes to
 //! the typed decoder instead, which answers it exactly as before.
 
-use genfront_protocol::{EngineError, EngineOutput, NativeAnswer, Usage};
+use genfront_protocol::{EngineError, EngineOutput, FinishReason, NativeAnswer, Usage};
 use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -130,6 +130,14 @@ impl FrameDecoder {
                 self.finished = true;
                 match self.finish_reason(&f, last_token, completion_default) {
                     Ok(f) => Some(f),
+                    // SGLang 0.5.23 `TokenizerManager._handle_abort_finish_reason`
+                    // (sglang/srt/managers/tokenizer_manager.py:1891): only a unary answer
+                    // raises an abort with a `status_code`; a stream yields that abort frame
+                    // as it is (its message, status_code, err_type and partial ids), then
+                    // `[DONE]` — so the relayed stream sends the engine's frame too.
+                    Err(e) if !terminal && is_abort => {
+                        Some(FinishReason::Cancelled { message: e.message })
+                    }
                     Err(e) => return Relay::Failed(e),
                 }
             }
