@@ -177,13 +177,20 @@ async fn a_tenants_prefix_aborts_leave_another_tenants_streams_running() {
     // Tenant A's own stream.
     let a1 = open_stream(&s, "/generate", KEY_A, long_sglang("a-own"), None).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
-    for c in "0123456789abcdef".chars() {
+    // Every one-character prefix, and B's exact rids (an SGLang abort acts when the rid itself
+    // is in flight, then by prefix): none reaches another tenant's requests.
+    let rids = "0123456789abcdef".chars().map(|c| c.to_string()).chain([
+        "0b-rollout".to_owned(),
+        "fb-rollout".to_owned(),
+        "0".to_owned(),
+    ]);
+    for rid in rids {
         let r = send(
             &s,
             reqwest::Method::POST,
             "/abort_request",
             Some(KEY_A),
-            Some(&json!({"rid": c.to_string()})),
+            Some(&json!({ "rid": rid })),
         )
         .await;
         assert_eq!(r.status().as_u16(), 200);
@@ -203,7 +210,7 @@ async fn a_tenants_prefix_aborts_leave_another_tenants_streams_running() {
         reqwest::Method::POST,
         "/abort_request",
         Some(KEY_A),
-        Some(&json!({"rid": "a-"})),
+        Some(&json!({"rid": "a-own"})),
     )
     .await;
     assert_eq!(r.status().as_u16(), 200);
@@ -269,7 +276,7 @@ async fn without_keys_anyone_aborts_anything_and_start_up_says_so() {
         reqwest::Method::POST,
         "/abort_request",
         None,
-        Some(&json!({"rid": "7"})),
+        Some(&json!({"rid": "7f-someone"})),
     )
     .await;
     assert_eq!(r.status().as_u16(), 200);
