@@ -241,8 +241,9 @@ for w in workloads:
     p(f"- `{w}`: {DESCR.get(w, w)}{extra}")
 p("")
 if "smg" in targets:
-    p("smg does not set `TCP_NODELAY` on its client sockets, so its small SSE writes wait for delayed ACKs (~40 ms "
-      "stalls); its streaming figures are reported as they are, and that is their cause.\n")
+    p("smg is reported to leave `TCP_NODELAY` off on its client sockets, so small SSE writes could wait for delayed "
+      "ACKs (~40 ms stalls); its streaming figures are reported as they are — compare its stream p99 with direct's "
+      "to see whether that happened in this run.\n")
 
 # ---- hand-written sections carried over
 carried = None
