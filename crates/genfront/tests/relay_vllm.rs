@@ -206,17 +206,7 @@ async fn the_client_gets_the_engines_bytes_with_its_id_and_metrics_count_them() 
         .text()
         .await
         .unwrap();
-    let line = |name: &str| {
-        metrics
-            .lines()
-            .find(|l| l.starts_with(name) && l.contains("format=\"vllm\""))
-            .unwrap_or_else(|| panic!("no {name} in\n{metrics}"))
-            .rsplit(' ')
-            .next()
-            .unwrap()
-            .parse::<f64>()
-            .unwrap()
-    };
+    let line = |name: &str| common::metric_value(&metrics, name, "vllm");
     assert_eq!(line("genfront_output_tokens_total"), 6.0, "{metrics}");
     assert_eq!(line("genfront_cached_tokens_total"), 2.0, "{metrics}");
     assert!(

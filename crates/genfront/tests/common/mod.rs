@@ -195,3 +195,14 @@ pub fn sglang_body(tokens: u32, stream: bool) -> Value {
     serde_json::json!({"input_ids": [5, 6, 7, 8], "stream": stream,
            "sampling_params": {"max_new_tokens": tokens, "ignore_eos": true}})
 }
+
+/// The value of the first `/metrics` sample of family `name` labelled `format="<format>"`.
+pub fn metric_value(metrics: &str, name: &str, format: &str) -> f64 {
+    let label = format!("format=\"{format}\"");
+    metrics
+        .lines()
+        .find(|l| l.starts_with(name) && l.contains(&label))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no {name} for {format} in\n{metrics}"))
+}
