@@ -336,8 +336,12 @@ async fn decode_4xx(api: &'static str) {
                 .script(json!({"match": "next", "hold": true}))
                 .await;
         }
+        // SGLang: the decode error waits 200 ms so the concurrently sent prefill has surely reached
+        // its engine (an error at once can beat it, and then the prefill is never sent at all).
+        let delay = if api == "sglang" { 0.2 } else { 0.0 };
         p.decode
-            .script(json!({"match": "next", "error": {"status": 400, "body": native_4xx(api)}}))
+            .script(json!({"match": "next", "headers_delay": delay,
+                           "error": {"status": 400, "body": native_4xx(api)}}))
             .await;
         let (status, text, took) = p.call(&request(api, 8, stream, "d4xx")).await;
         let what = format!("{api} stream={stream}");
