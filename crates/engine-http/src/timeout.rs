@@ -365,6 +365,7 @@ mod tests {
             routed_experts: false,
             sampling_mask: false,
             tokenizer: None,
+            features: Default::default(),
             server_info: None,
         };
         TimedEngine::new(

@@ -64,8 +64,9 @@ pub enum WorkerSpec {
 /// `eos_token_ids` (also `eos_token_id`; comma-separated); `model` (the served name to validate
 /// `model` against); `incremental_streaming` (SGLang: override the discovered
 /// `incremental_streaming_output`); `routed_experts` and `sampling_mask` (vLLM's
-/// `--enable-return-routed-experts` / `--return-sampling-mask`; SGLang: `sampling_mask`).
-/// Booleans are `true`/`false`/`1`/`0`.
+/// `--enable-return-routed-experts` / `--return-sampling-mask`; SGLang: `sampling_mask`);
+/// server features ([`genfront_protocol::EngineFeatures`]): `lora`, `reasoning`, `trace_replay`,
+/// `dp_size`. Booleans are `true`/`false`/`1`/`0`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WorkerFacts {
     /// Vocabulary size (valid ids are `0..vocab_size`).
@@ -95,6 +96,9 @@ pub struct WorkerFacts {
     /// vLLM P/D: also send `kv_transfer_params` under `sampling_params.extra_args` (key
     /// `nest_kv_transfer_params`), for builds that ignore the top-level field.
     pub nest_kv_transfer_params: Option<bool>,
+    /// Server features (keys `lora`, `reasoning`, `trace_replay`, `dp_size`); each given one
+    /// overrides what the worker reports.
+    pub features: genfront_protocol::EngineFeatures,
 }
 
 impl WorkerFacts {
@@ -147,6 +151,10 @@ impl WorkerFacts {
                 "sampling_mask" => facts.sampling_mask = Some(boolean()?),
                 "tokenizer" => facts.tokenizer = Some(boolean()?),
                 "nest_kv_transfer_params" => facts.nest_kv_transfer_params = Some(boolean()?),
+                "lora" => facts.features.lora = Some(boolean()?),
+                "reasoning" => facts.features.reasoning = Some(boolean()?),
+                "trace_replay" => facts.features.trace_replay = Some(boolean()?),
+                "dp_size" => facts.features.dp_size = Some(num()?),
                 "bootstrap" | "bootstrap_port" => {
                     facts.bootstrap_port =
                         Some(value.parse::<u16>().map_err(|_| {
@@ -155,7 +163,7 @@ impl WorkerFacts {
                 }
                 _ => {
                     return Err(format!(
-                        "unknown worker fact `{key}` (known: vocab_size, context_len, max_logprobs, max_num_seqs, eos_token_ids, model, incremental_streaming, routed_experts, sampling_mask, bootstrap, tokenizer, nest_kv_transfer_params)"
+                        "unknown worker fact `{key}` (known: vocab_size, context_len, max_logprobs, max_num_seqs, eos_token_ids, model, incremental_streaming, routed_experts, sampling_mask, bootstrap, tokenizer, nest_kv_transfer_params, lora, reasoning, trace_replay, dp_size)"
                     ));
                 }
             }
@@ -173,6 +181,7 @@ impl WorkerFacts {
             max_logprobs: self.max_logprobs,
             max_num_seqs: self.max_num_seqs,
             incremental_streaming: self.incremental_streaming,
+            features: self.features.clone(),
             ..Default::default()
         };
         if let Some(m) = self.sampling_mask {
@@ -190,6 +199,7 @@ impl WorkerFacts {
             max_logprobs: self.max_logprobs,
             max_num_seqs: self.max_num_seqs,
             max_context_len: self.context_len,
+            features: self.features.clone(),
             ..Default::default()
         };
         if let Some(r) = self.routed_experts {
@@ -228,9 +238,15 @@ impl fmt::Display for WorkerFacts {
         if let Some(p) = self.bootstrap_port {
             pairs.push(format!("bootstrap={p}"));
         }
+        if let Some(n) = self.features.dp_size {
+            pairs.push(format!("dp_size={n}"));
+        }
         for (k, v) in [
             ("tokenizer", self.tokenizer),
             ("nest_kv_transfer_params", self.nest_kv_transfer_params),
+            ("lora", self.features.lora),
+            ("reasoning", self.features.reasoning),
+            ("trace_replay", self.features.trace_replay),
         ] {
             if let Some(v) = v {
                 pairs.push(format!("{k}={v}"));

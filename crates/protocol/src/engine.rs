@@ -60,11 +60,53 @@ pub struct EngineInfo {
     /// left to the engine (its own 400 is relayed). genfront has no tokenizer of its own.
     #[serde(default)]
     pub tokenizer: Option<bool>,
+    /// Server features that decide whether some request fields are served (LoRA, reasoning,
+    /// trace replay, data-parallel ranks). Each is unknown (`None`) unless the worker reports it
+    /// or the operator gives it; formats check only what is known.
+    #[serde(default)]
+    pub features: EngineFeatures,
     /// The worker's own server-info document, as it reported it (SGLang `GET /server_info`), for
     /// auxiliary routes that relay it. `None` for engines without one (mock, vLLM, sidecars that
     /// do not forward it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_info: Option<serde_json::Value>,
+}
+
+/// Server launch flags that make an engine accept or refuse some request fields
+/// ([`EngineInfo::features`]). `None`: unknown, so the check is left to the engine (its own 400
+/// is relayed); `Some`: the format applies the engine's own rule.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EngineFeatures {
+    /// LoRA adapters are served (SGLang `--enable-lora`, `server_info.enable_lora`; vLLM
+    /// `--enable-lora`). `Some(false)`: a request naming an adapter gets the engine's refusal.
+    #[serde(default)]
+    pub lora: Option<bool>,
+    /// A reasoning parser / reasoning config is set (vLLM `--reasoning-parser` or
+    /// `--reasoning-config`: without it `thinking_token_budget` is refused,
+    /// `v1/engine/input_processor.py`; SGLang `server_info.reasoning_parser`).
+    #[serde(default)]
+    pub reasoning: Option<bool>,
+    /// vLLM `--enable-trace-replay`: without it a non-empty `trace_decode_token_ids` is refused
+    /// (`v1/engine/input_processor.py`).
+    #[serde(default)]
+    pub trace_replay: Option<bool>,
+    /// Data-parallel ranks (SGLang `--dp-size`, `server_info.dp_size`): a request's
+    /// `data_parallel_rank` / `routed_dp_rank` must be in `0..dp_size`.
+    #[serde(default)]
+    pub dp_size: Option<u32>,
+}
+
+impl EngineFeatures {
+    /// The in-process mock engine's features: all known, none enabled, one data-parallel rank
+    /// (an engine launched with default flags).
+    pub fn mock() -> Self {
+        Self {
+            lora: Some(false),
+            reasoning: Some(false),
+            trace_replay: Some(false),
+            dp_size: Some(1),
+        }
+    }
 }
 
 /// [`EngineInfo::max_context_len`] of an engine whose context length is unknown.
@@ -96,6 +138,7 @@ impl Default for EngineInfo {
             routed_experts: true,
             sampling_mask: true,
             tokenizer: Some(false),
+            features: EngineFeatures::mock(),
             server_info: None,
         }
     }

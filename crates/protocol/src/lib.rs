@@ -19,7 +19,9 @@ mod pd;
 mod request;
 
 pub use control::{ControlAction, ControlCall, ControlFuture, ControlReply, PauseMode};
-pub use engine::{Engine, EngineInfo, OutputStream, ProbeFuture, UNKNOWN_CONTEXT_LEN};
+pub use engine::{
+    Engine, EngineFeatures, EngineInfo, OutputStream, ProbeFuture, UNKNOWN_CONTEXT_LEN,
+};
 pub use error::{EngineError, ErrorKind, Fault};
 pub use output::{
     Candidate, EngineOutput, FinishReason, NativeAnswer, PromptLogprobs, RoutedExperts, StopMatch,

@@ -86,6 +86,9 @@ pub struct SglangEngineOptions {
     /// The server returns sampling masks (`return_sampling_mask`, newer SGLang builds). Default
     /// false.
     pub sampling_mask: bool,
+    /// Server features the operator gives; each given one overrides what `/server_info`
+    /// reports (`enable_lora`, `reasoning_parser`, `dp_size`). Default: none given.
+    pub features: genfront_protocol::EngineFeatures,
     /// Override the discovered streaming mode (`incremental_streaming_output`).
     pub incremental_streaming: Option<bool>,
     /// TCP connect timeout. Default 5 s.
@@ -115,6 +118,7 @@ impl Default for SglangEngineOptions {
             max_num_seqs: None,
             experts_shape: None,
             sampling_mask: false,
+            features: genfront_protocol::EngineFeatures::default(),
             incremental_streaming: None,
             connect_timeout: Duration::from_secs(5),
             info_timeout: Duration::from_secs(10),
@@ -230,6 +234,17 @@ impl SglangEngine {
             // `--skip-tokenizer-init` is a server arg, so `/server_info` reports it (absent in
             // a document that is not SGLang's: unknown).
             tokenizer: flag("skip_tokenizer_init").map(|skip| !skip),
+            // Server args `/server_info` reports (absent: unknown, left to the engine).
+            features: genfront_protocol::EngineFeatures {
+                lora: options.features.lora.or_else(|| flag("enable_lora")),
+                reasoning: options.features.reasoning.or_else(|| {
+                    server
+                        .get("reasoning_parser")
+                        .map(|p| p.as_str().is_some_and(|p| !p.is_empty()))
+                }),
+                trace_replay: options.features.trace_replay,
+                dp_size: options.features.dp_size.or_else(|| num("dp_size")),
+            },
             server_info: Some(Value::Object(server.clone())),
         };
         let inner = Arc::new(Inner {

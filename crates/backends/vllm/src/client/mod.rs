@@ -59,6 +59,9 @@ pub struct VllmEngineOptions {
     /// `output_mode: "text"` are forwarded). vLLM's HTTP API does not report it. Default `None`:
     /// unknown, so those requests are forwarded and vLLM's own 400 is relayed.
     pub tokenizer: Option<bool>,
+    /// Server features the operator gives (vLLM's HTTP API reports none). Default: all
+    /// unknown, so those checks are left to vLLM.
+    pub features: genfront_protocol::EngineFeatures,
     /// Context length to use when `/v1/models` does not report `max_model_len`. Default none
     /// (then such a server is refused).
     pub max_context_len: Option<u32>,
@@ -88,6 +91,7 @@ impl Default for VllmEngineOptions {
             routed_experts: false,
             sampling_mask: false,
             tokenizer: None,
+            features: genfront_protocol::EngineFeatures::default(),
             max_context_len: None,
             api_key: None,
             connect_timeout: Duration::from_secs(5),
@@ -213,6 +217,7 @@ impl VllmEngine {
             routed_experts: options.routed_experts,
             sampling_mask: options.sampling_mask,
             tokenizer: options.tokenizer,
+            features: options.features.clone(),
             server_info: None,
         };
 

@@ -47,6 +47,7 @@ fn engine_for(body: &Value) -> EngineInfo {
         routed_experts: false,
         sampling_mask: true,
         tokenizer: Some(false),
+        features: Default::default(),
         server_info: None,
     }
 }

@@ -24,6 +24,7 @@ pub fn engine() -> EngineInfo {
         routed_experts: true,
         sampling_mask: true,
         tokenizer: Some(false),
+        features: Default::default(),
         server_info: None,
     }
 }

@@ -34,6 +34,7 @@ fn info() -> EngineInfo {
         routed_experts: true,
         sampling_mask: true,
         tokenizer: Some(false),
+        features: Default::default(),
         server_info: None,
     }
 }
