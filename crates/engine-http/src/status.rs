@@ -134,6 +134,7 @@ pub fn status_error(engine: &str, status: u16, headers: &HeaderMap, body: &[u8])
         } else {
             None
         },
+        native: None,
     }
 }
 

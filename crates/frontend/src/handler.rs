@@ -78,6 +78,27 @@ fn native(resp: NativeResponse) -> Response {
     r
 }
 
+/// The engine's own HTTP error answer, verbatim, when `err` carries one for a client of
+/// `format` ([`EngineError::native`]: the request came in the engine's own format, not as a P/D
+/// leg): the engine's status, body, `Content-Type` and `Retry-After`, nothing of genfront's
+/// added. `None` for every other error (typed rendering).
+fn relayed_error(format: &dyn GenerateFormat, err: &EngineError) -> Option<Response> {
+    let native = err.native_for(format.name())?;
+    let status = StatusCode::from_u16(native.status?).ok()?;
+    let mut resp = Response::new(Body::from(native.body.clone()));
+    *resp.status_mut() = status;
+    let h = resp.headers_mut();
+    for (name, value) in [
+        (CONTENT_TYPE, &native.content_type),
+        (RETRY_AFTER, &native.retry_after),
+    ] {
+        if let Some(v) = value.as_deref().and_then(|v| HeaderValue::from_str(v).ok()) {
+            h.insert(name, v);
+        }
+    }
+    Some(resp)
+}
+
 fn error(
     format: &dyn GenerateFormat,
     err: &GenerateError,
@@ -90,6 +111,11 @@ fn error(
         tracing::warn!(format = format.name(), code = err.code(), error = %err, "request failed");
     } else {
         tracing::debug!(format = format.name(), code = err.code(), error = %err, "request rejected");
+    }
+    if let GenerateError::Engine(e) = err
+        && let Some(resp) = relayed_error(format, e)
+    {
+        return resp;
     }
     let mut resp = native(format.error_response(err, stream));
     if let Some(secs) = err.retry_after(retry_after_default)
@@ -400,6 +426,17 @@ pub(crate) async fn generate(
     dispatch(state, format, prepared, ctx, permit, tracker, caller.owner).await
 }
 
+/// Formats whose engine refuses a request while another one with the same native id (its abort
+/// key) is in flight: SGLang (`TokenizerManager._init_req_state`, 0.5.23). vLLM makes its
+/// internal ids unique itself and serves both.
+const UNIQUE_IN_FLIGHT_IDS: &[&str] = &["sglang"];
+
+/// SGLang's `ValueError` for an rid already in flight (`_init_req_state`): a 400
+/// `{"error":{"message"}}`, or for `stream: true` a 200 SSE error event then `[DONE]`.
+fn duplicate_id(rid: &str) -> GenerateError {
+    GenerateError::validation(format!("Duplicate request ID detected: {rid}"))
+}
+
 /// The 503 for a request no worker can take, naming the missing role when it is a P/D role.
 fn no_engine(role: genfront_router::Role) -> GenerateError {
     let role = match role {
@@ -448,6 +485,31 @@ async fn dispatch(
     let mut workers: Vec<String> = Vec::new();
     let mut served: Vec<(Option<genfront_router::WorkerId>, genfront_router::ServedBy)> =
         Vec::new();
+    // SGLang refuses a request whose rid is already in flight (per owner here, see
+    // `InFlight::register_unique`): its requests are registered, all or none, before any is
+    // dispatched, as SGLang registers the request state before it reaches the scheduler.
+    let unique = UNIQUE_IN_FLIGHT_IDS.contains(&format.name());
+    let mut tokens = Vec::new();
+    if unique {
+        tokens = subs.iter().map(|_| cancel.child_token()).collect();
+        let entries = subs
+            .iter()
+            .zip(&tokens)
+            .map(|(s, t)| (s.abort_key.clone(), t.clone()))
+            .collect();
+        match state
+            .in_flight
+            .register_unique(format.name(), owner, entries)
+        {
+            Ok(r) => registrations = r,
+            Err(rid) => {
+                let err = duplicate_id(&rid);
+                let resp = reject(&state, &mut tracker, &*format, &err, streaming);
+                return with_request_id(resp, client_id.as_deref());
+            }
+        }
+    }
+    let mut tokens = tokens.into_iter();
     for (i, sub) in subs.into_iter().enumerate() {
         let mut request = sub.request;
         request.request_id = ids::mint_request_id();
@@ -466,7 +528,7 @@ async fn dispatch(
             &request.token_ids,
             request.sampling.n,
         );
-        let token = cancel.child_token();
+        let token = tokens.next().unwrap_or_else(|| cancel.child_token());
         let dispatched = match state.router.dispatch(request, &ctx, token.clone()) {
             Ok(d) => d,
             Err(no) => {
@@ -504,11 +566,14 @@ async fn dispatch(
         }
         served.push((dispatched.prefill_worker.clone(), dispatched.served_by()));
         tracker.served_by(dispatched.served_by(), dispatched.prefill_worker.as_ref());
-        registrations.push(
-            state
-                .in_flight
-                .register(format.name(), owner, sub.abort_key, token),
-        );
+        if !unique {
+            registrations.push(state.in_flight.register(
+                format.name(),
+                owner,
+                sub.abort_key,
+                token,
+            ));
+        }
         streams.push(dispatched.stream.map(move |item| (i, item)).boxed());
     }
     tracker.handed_over();
@@ -528,6 +593,20 @@ async fn dispatch(
         let mut outputs = outputs;
         let first = outputs.next().await;
         let worker_header = answered_header(&served).or(worker_header);
+        // The engine refused with an HTTP error before any output: a client of its own format
+        // gets that answer as the engine sent it (status, body, headers), not an SSE stream.
+        if let Some((_, Err(e))) = &first
+            && let Some(resp) = relayed_error(&*format, e)
+        {
+            tracing::debug!(format = format.name(), error = %e, "engine error relayed");
+            guard.tracker.complete(
+                resp.status().as_u16(),
+                GenerateError::from(e.clone()).code(),
+            );
+            drop(outputs);
+            drop(guard);
+            return with_worker(with_request_id(resp, client_id.as_deref()), worker_header);
+        }
         let cap = (
             state.config.max_stream_bytes,
             state.metrics.limits().clone(),

@@ -136,8 +136,20 @@ impl InFlight {
         abort_key: String,
         cancel: CancellationToken,
     ) -> Registration {
-        let slot = self.inner.next.fetch_add(1, Ordering::Relaxed);
         let mut maps = self.inner.lock();
+        self.insert(&mut maps, format, owner, abort_key, cancel)
+    }
+
+    /// Add one entry under the held lock.
+    fn insert(
+        &self,
+        maps: &mut Maps,
+        format: &'static str,
+        owner: u32,
+        abort_key: String,
+        cancel: CancellationToken,
+    ) -> Registration {
+        let slot = self.inner.next.fetch_add(1, Ordering::Relaxed);
         maps.index
             .entry((format, owner))
             .or_default()
@@ -157,6 +169,32 @@ impl InFlight {
             inner: self.inner.clone(),
             slot,
         }
+    }
+
+    /// Register the engine requests `entries` (abort key, cancel token) of one client request
+    /// of `format` owned by `owner`, all or none: when one of the keys is already in flight for
+    /// this (format, owner), nothing is registered and that key is returned. The check and the
+    /// registration happen under one lock, so of two requests racing with one key exactly one
+    /// gets in. This is SGLang's rule for rids (`TokenizerManager._init_req_state`, 0.5.23:
+    /// `Duplicate request ID detected: {rid}`); keys repeated within `entries` are the format's
+    /// to refuse (SGLang does so while normalizing the request) and are registered as given.
+    /// `O(k log n)` for `k` entries.
+    pub fn register_unique(
+        &self,
+        format: &'static str,
+        owner: u32,
+        entries: Vec<(String, CancellationToken)>,
+    ) -> Result<Vec<Registration>, String> {
+        let mut maps = self.inner.lock();
+        if let Some(keys) = maps.index.get(&(format, owner))
+            && let Some((key, _)) = entries.iter().find(|(k, _)| keys.contains_key(k.as_str()))
+        {
+            return Err(key.clone());
+        }
+        Ok(entries
+            .into_iter()
+            .map(|(key, cancel)| self.insert(&mut maps, format, owner, key, cancel))
+            .collect())
     }
 
     /// Cancel every in-flight request of `format` within `scope` that `selector` matches;
@@ -332,6 +370,44 @@ mod tests {
         assert!(t.is_cancelled());
         // A scan per id used to take seconds; the index takes well under one (debug build).
         assert!(start.elapsed() < std::time::Duration::from_secs(3));
+    }
+
+    #[test]
+    fn unique_keys_refuse_one_in_flight_per_owner() {
+        let r = InFlight::default();
+        let t = || CancellationToken::new();
+        let a = r
+            .register_unique("sglang", 1, vec![("same".into(), t())])
+            .expect("first");
+        assert_eq!(
+            r.register_unique(
+                "sglang",
+                1,
+                vec![("other".into(), t()), ("same".into(), t())]
+            )
+            .err(),
+            Some("same".to_owned())
+        );
+        assert_eq!(r.len(), 1, "all or none: `other` was not registered");
+        // Another owner, another format: their own maps.
+        let _b = r
+            .register_unique("sglang", 2, vec![("same".into(), t())])
+            .expect("owner 2");
+        let _c = r
+            .register_unique("vllm", 1, vec![("same".into(), t())])
+            .expect("vllm");
+        // A prefix or an extension of the key is another rid.
+        let _d = r
+            .register_unique(
+                "sglang",
+                1,
+                vec![("sam".into(), t()), ("same_0".into(), t())],
+            )
+            .expect("other rids");
+        drop(a);
+        let _e = r
+            .register_unique("sglang", 1, vec![("same".into(), t())])
+            .expect("free again once the first finished");
     }
 
     #[test]

@@ -195,26 +195,66 @@ async fn unary_abort_answers_200_with_the_partial_tokens() {
     assert!(!v["output_ids"].as_array().expect("ids").is_empty());
 }
 
+/// SGLang refuses a request whose rid is in flight (`TokenizerManager._init_req_state`, 0.5.23:
+/// `ValueError("Duplicate request ID detected: {rid}")`, a 400 `{"error":{"message"}}` for a
+/// unary request, a 200 SSE error event then `[DONE]` for a stream); the first keeps running
+/// and the abort by that rid reaches it. Once it ended, the rid is free again.
 #[tokio::test]
-async fn two_clients_with_one_rid_are_both_served_and_both_aborted_by_it() {
+async fn a_second_client_with_an_in_flight_rid_is_refused_as_sglang_does() {
     let s = start_with(&[], slow(), 2).await;
     let a = open_stream(&s, "/generate", long_sglang("same", true)).await;
-    let b = open_stream(&s, "/generate", long_sglang("same", true)).await;
     let other = open_stream(&s, "/generate", long_sglang("different", true)).await;
     tokio::time::sleep(Duration::from_millis(30)).await;
-    s.post("/abort_request", &json!({"rid": "same"})).await;
-    for h in [a, b] {
-        let evs = tokio::time::timeout(Duration::from_secs(2), h)
+    let (st, v) = s.post_json("/generate", &long_sglang("same", false)).await;
+    assert_eq!(st, 400, "{v}");
+    assert_eq!(
+        v,
+        json!({"error": {"message": "Duplicate request ID detected: same"}})
+    );
+    let r = s.post("/generate", &long_sglang("same", true)).await;
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(
+        r.text().await.expect("body"),
+        "data: {\"error\":{\"message\":\"Duplicate request ID detected: same\",\"type\":\"invalid_request_error\",\"code\":400,\"retryable\":false}}\n\ndata: [DONE]\n\n"
+    );
+    // vLLM serves two requests with one id (its internal ids are made unique).
+    let body = json!({"token_ids": [1, 2, 3], "stream": true,
+                      "sampling_params": {"max_tokens": 2000, "ignore_eos": true}});
+    let mut vllm = Vec::new();
+    for _ in 0..2 {
+        let resp = s
+            .client
+            .post(s.url("/inference/v1/generate"))
+            .header("x-request-id", "same")
+            .json(&body)
+            .send()
             .await
-            .expect("in time")
-            .expect("task");
-        assert_eq!(evs.last().expect("chunk")["meta_info"]["id"], "same");
-        assert_eq!(
-            evs.last().expect("chunk")["meta_info"]["finish_reason"]["type"],
-            "abort"
-        );
+            .expect("sent");
+        assert_eq!(resp.status().as_u16(), 200);
+        vllm.push(resp);
     }
+    drop(vllm);
+    s.post("/abort_request", &json!({"rid": "same"})).await;
+    let evs = tokio::time::timeout(Duration::from_secs(2), a)
+        .await
+        .expect("in time")
+        .expect("task");
+    assert_eq!(evs.last().expect("chunk")["meta_info"]["id"], "same");
+    assert_eq!(
+        evs.last().expect("chunk")["meta_info"]["finish_reason"]["type"],
+        "abort"
+    );
     assert!(!other.is_finished());
+    // The first one ended: the rid can be used again.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (st, v) = s
+        .post_json(
+            "/generate",
+            &json!({"rid": "same", "input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}}),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["meta_info"]["id"], "same");
     s.post("/abort_request", &json!({"abort_all": true})).await;
 }
 

@@ -101,6 +101,36 @@ pub struct EngineError {
     /// to the client with the same status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after_secs: Option<u32>,
+    /// The engine's own error answer, kept when the request came in the engine's own native
+    /// format (and is not a P/D leg): the frontend then sends it to the client verbatim
+    /// instead of rendering this typed error (see [`NativeError`]). `None` otherwise. Not
+    /// serialized (a sidecar's engine answers typed).
+    #[serde(skip)]
+    pub native: Option<Box<NativeError>>,
+}
+
+/// An engine's error answer exactly as the engine sent it, for a client of the engine's own
+/// format ([`EngineError::native`]): what comes back through genfront is what the engine itself
+/// would have returned.
+///
+/// Set only by an engine client of format [`NativeError::format`] for a request of that same
+/// format whose upstream call has the client's own mode (unary or stream). The typed fields of
+/// the [`EngineError`] it rides on stay as they are, so routers count the outcome as before
+/// (a 4xx never trips a breaker; 5xx and transport failures do).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NativeError {
+    /// The native format (`"sglang"`, `"vllm"`) the answer is in; only that format relays it.
+    pub format: &'static str,
+    /// The HTTP status the engine answered with, before any body (the answer is then
+    /// `content_type` + `body`); `None`: `body` is the payload of an SSE error event inside a
+    /// stream the engine had already started with 200.
+    pub status: Option<u16>,
+    /// The error body, or the event's payload (without `data: ` and the blank line).
+    pub body: bytes::Bytes,
+    /// The engine's `Content-Type` for an HTTP answer, as sent.
+    pub content_type: Option<String>,
+    /// The engine's `Retry-After` for an HTTP answer, as sent.
+    pub retry_after: Option<String>,
 }
 
 impl EngineError {
@@ -112,7 +142,20 @@ impl EngineError {
             status_code: None,
             err_type: None,
             retry_after_secs: None,
+            native: None,
         }
+    }
+
+    /// The same error carrying the engine's own answer `native` (see [`EngineError::native`]).
+    pub fn with_native(mut self, native: NativeError) -> Self {
+        self.native = Some(Box::new(native));
+        self
+    }
+
+    /// The engine's own answer, when it was kept for a client of `format`
+    /// ([`EngineError::native`]).
+    pub fn native_for(&self, format: &str) -> Option<&NativeError> {
+        self.native.as_deref().filter(|n| n.format == format)
     }
 
     /// The same error with the engine's HTTP `status` recorded.

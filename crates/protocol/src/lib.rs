@@ -22,7 +22,7 @@ pub use control::{ControlAction, ControlCall, ControlFuture, ControlReply, Pause
 pub use engine::{
     Engine, EngineFeatures, EngineInfo, OutputStream, ProbeFuture, UNKNOWN_CONTEXT_LEN,
 };
-pub use error::{EngineError, ErrorKind, Fault};
+pub use error::{EngineError, ErrorKind, Fault, NativeError};
 pub use output::{
     Candidate, EngineOutput, FinishReason, NativeAnswer, PromptLogprobs, RoutedExperts, StopMatch,
     TokenLogprob, Usage,

@@ -605,6 +605,7 @@ pub fn decode_error(error: pb::Error) -> Result<EngineError, WireError> {
         status_code,
         err_type: error.err_type,
         retry_after_secs: error.retry_after_secs,
+        native: None,
     })
 }
 

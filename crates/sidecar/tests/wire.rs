@@ -259,7 +259,7 @@ prop_compose! {
         err_type in option::of(".{0,8}"),
         retry_after_secs in option::of(any::<u32>()),
     ) -> EngineError {
-        EngineError { kind, message, status_code, err_type, retry_after_secs }
+        EngineError { kind, message, status_code, err_type, retry_after_secs, native: None }
     }
 }
 

@@ -7,6 +7,11 @@
 //! | everything else | `{"object":"error","message":…,"type":"<status>","param":null,"code":<status>}` (SGLang's `HTTPException` handler) |
 //!
 //! Messages are always [`GenerateError::public_message`]: internal details never leave.
+//!
+//! An SGLang engine's own error answer to an SGLang client's request
+//! ([`genfront_protocol::EngineError::native`]) is the exception: it is the engine's, so it goes
+//! to the client verbatim — an HTTP error by the frontend (status, body, headers), an
+//! `{"error":…}` event of a started stream here ([`stream_event`]).
 
 use bytes::Bytes;
 use genfront_format::{CONTENT_TYPE_SSE, GenerateError, NativeResponse};
@@ -53,8 +58,15 @@ fn to_bytes(v: &Value) -> Bytes {
     Bytes::from(serde_json::to_vec(v).unwrap_or_default())
 }
 
-/// The payload of one SSE error event: `{"error":{"message","type","code","retryable"}}`.
+/// The payload of one SSE error event: `{"error":{"message","type","code","retryable"}}`, or
+/// SGLang's own error event verbatim when the engine sent one for this SGLang client's request.
 pub(crate) fn stream_event(error: &GenerateError) -> Bytes {
+    if let GenerateError::Engine(e) = error
+        && let Some(native) = e.native_for(crate::FORMAT_NAME)
+        && native.status.is_none()
+    {
+        return native.body.clone();
+    }
     let status = error.status();
     to_bytes(&json!({
         "error": {

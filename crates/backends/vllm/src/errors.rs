@@ -97,8 +97,17 @@ enum Code {
 }
 
 /// The JSON body `{"error":{"message","type","param","code"}}` for `error`. Internal details are
-/// never included: the message is [`GenerateError::public_message`].
+/// never included: the message is [`GenerateError::public_message`]. The one exception is vLLM's
+/// own error event inside a stream it started for a vLLM client's request
+/// ([`genfront_protocol::EngineError::native`] without a status): that payload is the engine's
+/// and is sent verbatim (its HTTP error answers are relayed by the frontend).
 pub(crate) fn error_json(error: &GenerateError) -> Vec<u8> {
+    if let GenerateError::Engine(e) = error
+        && let Some(native) = e.native_for(crate::FORMAT_NAME)
+        && native.status.is_none()
+    {
+        return native.body.to_vec();
+    }
     let message = error.public_message();
     let envelope = Envelope {
         error: Info {

@@ -26,7 +26,7 @@ use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream, StreamExt};
 use genfront_engine_http::{AbortCall, CancelGrace, GraceWake, SseSplitter};
 use genfront_protocol::{
-    EngineError, EngineOutput, EngineRequest, ErrorKind, FinishReason, OutputStream,
+    EngineError, EngineOutput, EngineRequest, ErrorKind, FinishReason, NativeError, OutputStream,
 };
 use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use tokio::time::Instant;
@@ -116,6 +116,12 @@ pub(crate) fn generate(
                 && n_dispatch == 1
                 && request.pd.is_none()
                 && (d.unary || !inner.incremental);
+            // Native errors: SGLang's own error answer is kept for an SGLang client's own
+            // request (not a P/D leg) whose call has the client's own mode, so the client gets
+            // it verbatim (`EngineError::native`).
+            let native_errors = request.native.format == crate::FORMAT_NAME
+                && request.pd.is_none()
+                && d.unary != request.output.stream;
             // A unary answer is one cumulative frame.
             let cfg = DecodeConfig::for_request(
                 &request,
@@ -132,6 +138,7 @@ pub(crate) fn generate(
                 cfg,
                 relay,
             )
+            .keep_native_errors(native_errors)
             .into_stream()
         })
         .collect();
@@ -236,6 +243,9 @@ struct Choice {
     unary: Option<Vec<u8>>,
     /// The dispatch rid, when the unary answer is relayed (scanned, not decoded).
     relay: Option<String>,
+    /// SGLang's own error answers (an HTTP error, an `{"error":…}` event) are kept on the
+    /// error as [`EngineError::native`].
+    native_errors: bool,
     phase: Phase,
     pending: VecDeque<Item>,
     /// Started when `cancel` was seen after sending.
@@ -263,10 +273,17 @@ impl Choice {
             decoder: FrameDecoder::new(cfg),
             splitter: SseSplitter::new(),
             unary: dispatch.unary.then(Vec::new),
+            native_errors: false,
             phase: Phase::Start,
             pending: VecDeque::new(),
             grace,
         }
+    }
+
+    /// Keep SGLang's own error answers on the errors ([`EngineError::native`]) when `keep`.
+    fn keep_native_errors(mut self, keep: bool) -> Self {
+        self.native_errors = keep;
+        self
     }
 
     fn into_stream(self) -> BoxStream<'static, Item> {
@@ -454,7 +471,19 @@ impl Choice {
             self.phase = Phase::Reading(Box::pin(resp.bytes_stream()));
             return;
         }
-        let err = genfront_engine_http::error_from_response("SGLang", resp).await;
+        if !self.native_errors {
+            let err = genfront_engine_http::error_from_response("SGLang", resp).await;
+            self.fail(err);
+            return;
+        }
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let body = genfront_engine_http::read_error_body(resp).await;
+        let err = genfront_engine_http::status_error("SGLang", status, &headers, &body);
+        let err = match http_native(status, &headers, body) {
+            Some(native) => err.with_native(native),
+            None => err,
+        };
         self.fail(err);
     }
 
@@ -544,6 +573,17 @@ impl Choice {
             Err(e) => {
                 // A broken frame leaves the server's state unknown; an abort is harmless.
                 self.guard.fire();
+                let e = if self.native_errors && self.unary.is_none() && is_error_event(data) {
+                    e.with_native(NativeError {
+                        format: crate::FORMAT_NAME,
+                        status: None,
+                        body: Bytes::copy_from_slice(data),
+                        content_type: None,
+                        retry_after: None,
+                    })
+                } else {
+                    e
+                };
                 self.fail(e);
             }
         }
@@ -573,4 +613,37 @@ impl Choice {
         }));
         self.phase = Phase::Done;
     }
+}
+
+/// SGLang's error answer `status` + `headers` + `body`, kept verbatim
+/// ([`EngineError::native`]); `None` when the body may have been cut at
+/// [`genfront_engine_http::ERROR_BODY_LIMIT`] (then it is not the engine's answer any more).
+pub(crate) fn http_native(
+    status: u16,
+    headers: &reqwest::header::HeaderMap,
+    body: Vec<u8>,
+) -> Option<NativeError> {
+    if body.len() >= genfront_engine_http::ERROR_BODY_LIMIT {
+        return None;
+    }
+    let text = |name: reqwest::header::HeaderName| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    Some(NativeError {
+        format: crate::FORMAT_NAME,
+        status: Some(status),
+        body: Bytes::from(body),
+        content_type: text(CONTENT_TYPE),
+        retry_after: text(reqwest::header::RETRY_AFTER),
+    })
+}
+
+/// Whether an SSE event's payload is SGLang's `{"error": …}` event (what its stream handler
+/// yields for a `ValueError`), as opposed to a frame that failed to decode.
+fn is_error_event(data: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(data)
+        .is_ok_and(|v| v.get("error").is_some_and(|e| !e.is_null()))
 }

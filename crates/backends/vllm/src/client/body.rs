@@ -57,6 +57,10 @@ pub(crate) struct Upstream {
     /// The answer is relayed ([`relayable`]): the unary body, or each SSE chunk, is only
     /// scanned and handed over as [`genfront_protocol::EngineOutput::native`].
     pub relay: bool,
+    /// vLLM's own error answers (an HTTP error, an `{"error":…}` event) are kept on the error as
+    /// [`genfront_protocol::EngineError::native`]: a vLLM client's own request, not a P/D leg,
+    /// sent in the client's own mode (unary or stream), so the client gets them verbatim.
+    pub native_errors: bool,
     /// The private dispatch id (`X-Request-Id`); vLLM calls the request
     /// `generate-tokens-<id>`.
     pub request_id: String,
@@ -173,6 +177,9 @@ pub(crate) fn build(
             body,
             unary,
             relay,
+            native_errors: request.native.format == FORMAT_NAME
+                && request.pd.is_none()
+                && unary != request.output.stream,
             request_id: request.request_id,
             dp_rank: request.routing.dp_rank,
             session_id: request.routing.session_id,

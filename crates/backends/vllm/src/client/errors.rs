@@ -31,5 +31,6 @@ pub(crate) fn event_error(error: &Value) -> EngineError {
         status_code: Some(status),
         err_type: parsed.err_type,
         retry_after_secs: None,
+        native: None,
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use genfront_engine_http::{AbortCall, AbortGuard, CancelGrace, GraceWake, SseSplitter, chain};
-use genfront_protocol::{EngineError, ErrorKind, OutputStream};
+use genfront_protocol::{EngineError, ErrorKind, NativeError, OutputStream};
 use http::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
 use tokio_util::sync::CancellationToken;
 
@@ -54,6 +54,8 @@ struct Run {
     /// `Some(native id)` when the answer is relayed (scanned, not decoded:
     /// [`Decoder::relay_unary`], [`Decoder::relay_event`]).
     relay: Option<String>,
+    /// vLLM's own error answers are kept on the errors ([`EngineError::native`]).
+    native_errors: bool,
 }
 
 /// The output stream of one request.
@@ -65,6 +67,7 @@ pub(crate) fn stream(
 ) -> OutputStream {
     let native_id = format!("{REQUEST_ID_PREFIX}{}", upstream.request_id);
     let relay = upstream.relay.then(|| native_id.clone());
+    let native_errors = upstream.native_errors;
     let abort = AbortGuard::new(AbortCall::new(
         shared.http.clone(),
         Arc::clone(&shared.abort_url),
@@ -80,6 +83,7 @@ pub(crate) fn stream(
         abort,
         queue: VecDeque::new(),
         relay,
+        native_errors,
     };
     Box::pin(futures::stream::unfold(run, |mut run| async move {
         let item = run.next().await?;
@@ -203,7 +207,19 @@ impl Run {
         if !response.status().is_success() {
             // Not admitted: nothing runs at the engine.
             self.abort.disarm();
-            let error = genfront_engine_http::error_from_response("vLLM", response).await;
+            if !self.native_errors {
+                let error = genfront_engine_http::error_from_response("vLLM", response).await;
+                self.queue.push_back(Err(error));
+                return;
+            }
+            let status = response.status().as_u16();
+            let headers = response.headers().clone();
+            let body = genfront_engine_http::read_error_body(response).await;
+            let error = genfront_engine_http::status_error("vLLM", status, &headers, &body);
+            let error = match http_native(status, &headers, body) {
+                Some(native) => error.with_native(native),
+                None => error,
+            };
             self.queue.push_back(Err(error));
             return;
         }
@@ -255,6 +271,9 @@ impl Run {
                                 None => event,
                             };
                             let flow = self.decoder.on_event(&event, &mut self.queue);
+                            if self.native_errors && flow == Flow::Done {
+                                self.keep_native_event(&event);
+                            }
                             self.finish(flow);
                             if flow == Flow::Done {
                                 return;
@@ -322,6 +341,24 @@ impl Run {
         }
     }
 
+    /// The stream ended on `event`: when that was vLLM's `{"error": …}` event, keep its payload
+    /// on the error it became ([`EngineError::native`]).
+    fn keep_native_event(&mut self, event: &[u8]) {
+        let Some(Err(error)) = self.queue.back_mut() else {
+            return;
+        };
+        if error.native.is_some() || !is_error_event(event) {
+            return;
+        }
+        error.native = Some(Box::new(NativeError {
+            format: crate::FORMAT_NAME,
+            status: None,
+            body: bytes::Bytes::copy_from_slice(event),
+            content_type: None,
+            retry_after: None,
+        }));
+    }
+
     /// The body broke mid-way.
     fn broken(&mut self, why: &str) {
         if self.grace.started() {
@@ -344,4 +381,32 @@ enum Next {
     Bytes(bytes::Bytes),
     End,
     Broken(String),
+}
+
+/// vLLM's error answer `status` + `headers` + `body`, kept verbatim ([`EngineError::native`]);
+/// `None` when the body may have been cut at [`genfront_engine_http::ERROR_BODY_LIMIT`].
+fn http_native(status: u16, headers: &http::HeaderMap, body: Vec<u8>) -> Option<NativeError> {
+    if body.len() >= genfront_engine_http::ERROR_BODY_LIMIT {
+        return None;
+    }
+    let text = |name: http::HeaderName| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    Some(NativeError {
+        format: crate::FORMAT_NAME,
+        status: Some(status),
+        body: bytes::Bytes::from(body),
+        content_type: text(CONTENT_TYPE),
+        retry_after: text(http::header::RETRY_AFTER),
+    })
+}
+
+/// Whether an SSE event's payload is vLLM's `{"error": …}` event (`create_streaming_error_response`),
+/// as opposed to a chunk that failed to decode.
+fn is_error_event(data: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(data)
+        .is_ok_and(|v| v.get("error").is_some_and(|e| !e.is_null()))
 }
