@@ -9,6 +9,16 @@
 //! ([`EngineOutput::native`], typed fields from a cheap scan), which the handler budgets, tracks
 //! and hands to the format's assembler like any output — the assembler sends them with only the
 //! ids edited. Nothing here depends on which path a request took.
+//!
+//! Engine errors: an error carrying the engine's own answer for this format
+//! ([`EngineError::native`], a client of the engine's own format, never a P/D leg) is answered
+//! with that answer verbatim — an HTTP error as its status, body, `Content-Type` and
+//! `Retry-After`, also for a stream request refused before its first output (never a 200 SSE
+//! stream the engine did not send); an error event after the headers is the format's to send
+//! (it sends the engine's payload). Every other error is rendered by the format.
+//!
+//! SGLang refuses a request whose rid is already in flight (`Duplicate request ID detected`);
+//! genfront does the same per owner ([`crate::registry::InFlight::register_unique`]).
 
 use std::sync::Arc;
 

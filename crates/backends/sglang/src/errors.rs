@@ -206,4 +206,35 @@ mod tests {
         assert_eq!(r.status, StatusCode::BAD_REQUEST);
         assert_eq!(body(&r), json!({"error": {"message": "too long"}}));
     }
+
+    fn native(format: &'static str, status: Option<u16>, body: &'static str) -> GenerateError {
+        GenerateError::Engine(EngineError::internal("engine detail").with_native(
+            genfront_protocol::NativeError {
+                format,
+                status,
+                body: Bytes::from_static(body.as_bytes()),
+                content_type: None,
+                retry_after: None,
+            },
+        ))
+    }
+
+    #[test]
+    fn an_engines_own_error_event_is_sent_as_it_came() {
+        let raw = r#"{"error": {"message": "KV cache full", "code": 500, "extra": 1}}"#;
+        let e = native(crate::FORMAT_NAME, None, raw);
+        assert_eq!(&stream_event(&e)[..], raw.as_bytes());
+        // Another format's bytes, or an HTTP answer (the frontend relays those): typed.
+        for e in [
+            native("vllm", None, raw),
+            native(crate::FORMAT_NAME, Some(500), raw),
+        ] {
+            assert_eq!(
+                serde_json::from_slice::<Value>(&stream_event(&e)).ok(),
+                Some(
+                    json!({"error":{"message":"Internal server error","type":"internal_error","code":500,"retryable":false}})
+                )
+            );
+        }
+    }
 }

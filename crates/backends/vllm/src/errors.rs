@@ -154,3 +154,44 @@ pub(crate) fn error_response(error: &GenerateError, stream: bool) -> NativeRespo
     }
     NativeResponse::json(error.status(), json)
 }
+
+#[cfg(test)]
+mod tests {
+    use genfront_protocol::{EngineError, NativeError};
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn native(format: &'static str, status: Option<u16>, body: &'static str) -> GenerateError {
+        GenerateError::Engine(
+            EngineError::internal("engine detail").with_native(NativeError {
+                format,
+                status,
+                body: Bytes::from_static(body.as_bytes()),
+                content_type: None,
+                retry_after: None,
+            }),
+        )
+    }
+
+    #[test]
+    fn an_engines_own_error_event_is_sent_as_it_came() {
+        let raw = r#"{"error": {"message": "EngineCore died", "type": "InternalServerError", "param": null, "code": 500}}"#;
+        assert_eq!(
+            error_json(&native(crate::FORMAT_NAME, None, raw)),
+            raw.as_bytes()
+        );
+        // Another format's bytes, or an HTTP answer (the frontend relays those): typed.
+        for e in [
+            native("sglang", None, raw),
+            native(crate::FORMAT_NAME, Some(500), raw),
+        ] {
+            assert_eq!(
+                serde_json::from_slice::<Value>(&error_json(&e)).ok(),
+                Some(
+                    json!({"error": {"message": "Internal server error", "type": "InternalServerError", "param": null, "code": 500}})
+                )
+            );
+        }
+    }
+}

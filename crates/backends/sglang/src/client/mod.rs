@@ -14,6 +14,11 @@
 //!   scan does not take (`[DONE]`, error frames, odd answers) goes through the typed decoder as
 //!   before; cancellation and aborts are unchanged (an abort frame's new tokens stay on its one
 //!   relayed item).
+//! - **Native errors**: for an SGLang client's own request (not a P/D leg; the call has the
+//!   client's own mode), SGLang's error answer — an HTTP error's status, body, `Content-Type`
+//!   and `Retry-After`, or an `{"error": …}` event of a started stream — rides on the typed
+//!   error as [`genfront_protocol::EngineError::native`], so the client gets it verbatim (an HTTP
+//!   body cut at `genfront_engine_http::ERROR_BODY_LIMIT` is not kept).
 //! - Cancellation: firing the token, or dropping the stream before its terminal frame, sends
 //!   `POST /abort_request {"rid": <dispatch id>, "abort_all": false}` (see `stream.rs`).
 //! - [`Engine::probe`] is one `GET /health`; there is no background health loop (routers probe

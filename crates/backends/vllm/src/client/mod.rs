@@ -8,6 +8,11 @@
 //! sends a control call (`/pause`, `/resume`, `/is_paused`, `/reset_prefix_cache`, …; see the
 //! crate's `control` module) to the server unchanged and returns vLLM's own status and body;
 //! [`Engine::native_format`] is `"vllm"`.
+//!
+//! For a vLLM client's own request (not a P/D leg, sent in the client's own mode), vLLM's error
+//! answer — an HTTP error's status, body, `Content-Type` and `Retry-After`, or an `{"error": …}`
+//! event of a started stream — rides on the typed error as
+//! [`genfront_protocol::EngineError::native`], so the client gets it verbatim.
 
 mod body;
 mod decode;
