@@ -3,7 +3,8 @@
 //! format gets the engine's error answer **verbatim** — status, body, `Content-Type`,
 //! `Retry-After` — unary and streamed, for SGLang and vLLM, exactly as the same oracle answers
 //! when called directly; a mid-stream error event is the engine's own payload; a cross-format
-//! client keeps genfront's typed rendering; the router still counts the outcome (4xx, 429 and
+//! client keeps genfront's typed rendering, and so does an engine refusing genfront's own
+//! credentials or route (401/403/404: genfront's fault); the router still counts the outcome (4xx, 429 and
 //! the backpressure 503 never count against the worker, a 500 does). And SGLang's refusal of an
 //! rid already in flight (`TokenizerManager._init_req_state`, 0.5.23), per tenant with keys.
 
@@ -354,4 +355,32 @@ async fn sglang_refuses_an_rid_in_flight_per_tenant() {
     assert_eq!(sent, 2, "the refused requests never reached SGLang: {log}");
     drop(first);
     drop(other);
+}
+
+/// An engine refusing genfront's own credentials (401/403) or a server without the route (a
+/// 404 without the engine's envelope) is genfront's fault, not the client's request: those stay
+/// typed (a 500 in the native envelope), never relayed as the client's own 401/404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn genfronts_own_faults_stay_typed() {
+    for api in ["sglang", "vllm"] {
+        let s = setup(api, &[]).await;
+        for (status, err_body) in [
+            (401, json!({"error": "Unauthorized"})),
+            (403, json!({"error": "Forbidden"})),
+            (404, json!({"detail": "Not Found"})),
+        ] {
+            s.script(json!({"error": {"status": status, "body": err_body}}))
+                .await;
+            for stream in [false, true] {
+                let a = s.via(&body(api, stream)).await;
+                assert_ne!(a.status, status, "{api} {status}: {a:?}");
+                assert!(
+                    !a.body.contains("Unauthorized")
+                        && !a.body.contains("Forbidden")
+                        && !a.body.contains("Not Found"),
+                    "{api} {status}: {a:?}"
+                );
+            }
+        }
+    }
 }

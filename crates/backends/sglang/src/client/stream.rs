@@ -480,7 +480,7 @@ impl Choice {
         let headers = resp.headers().clone();
         let body = genfront_engine_http::read_error_body(resp).await;
         let err = genfront_engine_http::status_error("SGLang", status, &headers, &body);
-        let err = match http_native(status, &headers, body) {
+        let err = match http_native(status, &headers, body).filter(|_| engines_own(&err)) {
             Some(native) => err.with_native(native),
             None => err,
         };
@@ -639,6 +639,15 @@ pub(crate) fn http_native(
         content_type: text(CONTENT_TYPE),
         retry_after: text(reqwest::header::RETRY_AFTER),
     })
+}
+
+/// Whether an HTTP error is the engine's answer to the request rather than a sign that genfront
+/// reached the wrong thing: a 401/403 refuses genfront's own credentials (`--worker` key), and a
+/// 404/405 without the engine's envelope is a server that does not serve the route; those stay
+/// typed (500), as the client's own request is not what failed.
+pub(crate) fn engines_own(err: &EngineError) -> bool {
+    !(matches!(err.status_code, Some(401 | 403))
+        || (matches!(err.status_code, Some(404 | 405)) && err.kind == ErrorKind::Internal))
 }
 
 /// Whether an SSE event's payload is SGLang's `{"error": …}` event (what its stream handler

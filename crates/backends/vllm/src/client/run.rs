@@ -216,7 +216,11 @@ impl Run {
             let headers = response.headers().clone();
             let body = genfront_engine_http::read_error_body(response).await;
             let error = genfront_engine_http::status_error("vLLM", status, &headers, &body);
-            let error = match http_native(status, &headers, body) {
+            let engines_own = !(matches!(status, 401 | 403)
+                || (matches!(status, 404 | 405) && error.kind == ErrorKind::Internal));
+            // A 401/403 refuses genfront's own credentials and a 404/405 without vLLM's
+            // envelope is a server without the route: genfront's fault, kept typed (500).
+            let error = match http_native(status, &headers, body).filter(|_| engines_own) {
                 Some(native) => error.with_native(native),
                 None => error,
             };
