@@ -296,7 +296,8 @@ fn sglang_case(path: &str) -> Option<Case> {
         "return_indexer_topk" => case(json!(true)),
         "session_id" => case(json!("session-1")),
         "session_params" => case(json!({"id": "session-1"})),
-        "lora_path" => case(json!("adapter-1")),
+        // The mocker serves no LoRA: SGLang's own refusal names the adapter, not the key.
+        "lora_path" => needle(json!("adapter-1"), "LoRA"),
         "lora_id" => case(json!("lora-1")),
         "custom_logit_processor" => needle(json!("processor"), "custom logit processor"),
         "positional_embed_overrides" => case(json!({"positions": [1]})),

@@ -81,6 +81,7 @@ pub(crate) fn validate_and_expand(
     rows: Vec<Row>,
     n: usize,
     engine: &EngineInfo,
+    is_single: bool,
 ) -> Result<Vec<ItemSpec>, GenerateError> {
     let invalid = |m: String| Err(GenerateError::validation(m));
     let default_sampling = SamplingParams::read(&Obj::new(), "body.sampling_params")?;
@@ -88,6 +89,7 @@ pub(crate) fn validate_and_expand(
     // above `u32::MAX` are outside every vocabulary (and cannot be carried), so they are refused
     // even then.
     let context = engine.context_limit().map(i128::from);
+    let max_req_input_len = max_req_input_len(engine).map(i128::from);
     let vocab = engine.vocab_size;
     let id_bound = vocab.map_or(i64::from(u32::MAX) + 1, i64::from);
     let vocab_text = vocab.map_or_else(|| "unknown".to_owned(), |v| v.to_string());
@@ -166,8 +168,10 @@ pub(crate) fn validate_and_expand(
         if row.custom_logit_processor {
             return invalid("The server is not configured to enable custom logit processor. Please set `--enable-custom-logit-processor` to enable this feature.".into());
         }
-        // `tokenizer_manager.py:1432-1436`
+        // `tokenizer_manager.py:1431-1435` (`is not None`: a single request's list, even `[]`,
+        // is set; a batch item's is its entry)
         let mode_set = match f.sampling_logprobs_mode {
+            Some(Value::Array(_)) if is_single => true,
             Some(Value::Array(modes)) => modes.get(row.b).is_some_and(|m| !m.is_null()),
             Some(m) => !m.is_null(),
             None => false,
@@ -181,11 +185,16 @@ pub(crate) fn validate_and_expand(
         // (`tokenizer_manager.py:1553-1559`), checked by SamplingParams.__init__; then
         // SamplingParams(**sampling_params).normalize(None).verify(vocab_size), then the
         // watermark against the server's settings.
-        let top_watermark = f
-            .watermark
-            .as_ref()
-            .and_then(|w| w.item(row.b))
-            .filter(|v| !v.is_null());
+        // A single request's watermark is the value as sent (a list too); a batch item's is
+        // its entry (`_normalize_watermark`).
+        let top_watermark = if is_single {
+            f.watermark_raw
+        } else {
+            f.watermark
+                .as_ref()
+                .and_then(|w| w.item(row.b))
+                .filter(|v| !v.is_null())
+        };
         let watermark = match (top_watermark, &sampling.watermark) {
             (Some(_), Some(_)) => {
                 return invalid(
@@ -198,11 +207,62 @@ pub(crate) fn validate_and_expand(
         if let Some(e) = watermark.and_then(crate::sampling::watermark_shape_error) {
             return invalid(e.into());
         }
+        // `SamplingParams(**sampling_kwargs)` (`tokenizer_manager.py:1565`) has no `choice`
+        // argument (a `TypeError`: SGLang answers 500): genfront's 400.
+        if sampling.choice {
+            return invalid(
+                "sampling_params.choice is not supported: SGLang's SamplingParams has no `choice` argument.".into(),
+            );
+        }
         sampling.verify(vocab, engine.tokenizer)?;
         if let Some(e) = watermark.and_then(crate::sampling::watermark_resolve_error) {
             return invalid(e.into());
         }
+        // `SessionParams(**obj.session_params)` (`tokenizer_manager.py:1572-1574`,
+        // `io_struct.py:135-156`): an unknown key is a `TypeError` (SGLang answers 500):
+        // genfront's 400.
+        if let Some(key) = f.session_params_obj.and_then(|m| {
+            m.keys()
+                .find(|k| !SESSION_PARAMS_KEYS.contains(&k.as_str()))
+        }) {
+            return invalid(format!(
+                "session_params has an unexpected key {}: SGLang's SessionParams takes id, rid, offset, replace and drop_previous_output.",
+                crate::pyfmt::str_repr(key)
+            ));
+        }
         // The scheduler's checks (`Scheduler.handle_generate_request`), run up front here.
+        // The sampling mask's `top_k` (`scheduler.py:3160-3182`): after `normalize`
+        // (`sampling_params.py:244-250`: a temperature in `[0, 1e-6)` is greedy, `top_k = 1`;
+        // `-1` or unset is the whole vocabulary, `1 << 30`).
+        if row.return_sampling_mask {
+            let cap = engine
+                .server_info
+                .as_ref()
+                .and_then(|s| s.get("sampling_mask_max_tokens"))
+                .and_then(Value::as_i64)
+                .unwrap_or(SAMPLING_MASK_MAX_TOKENS);
+            let greedy = sampling
+                .temperature()
+                .is_some_and(|t| (0.0..1e-6).contains(&t));
+            let top_k = if greedy {
+                1
+            } else {
+                sampling.top_k().unwrap_or(1 << 30)
+            };
+            if top_k != 1 && !(1 < top_k && top_k <= cap) {
+                return invalid(format!(
+                    "return_sampling_mask requires top_k=1 for greedy sampling or finite 1 < top_k <= {cap}; got top_k={top_k}. Lower top_k or increase --sampling-mask-max-tokens."
+                ));
+            }
+        }
+        // `validate_input_length` (`managers/utils.py:259-289`).
+        if let Some(max) = max_req_input_len.filter(|_| !text_prompt)
+            && input_tokens >= max
+        {
+            return invalid(format!(
+                "Input length ({input_tokens} tokens) exceeds the maximum allowed length ({max} tokens). Use a shorter input or enable --allow-auto-truncate."
+            ));
+        }
         let (logprob_start_len, top_logprobs_num) = if row.return_logprob {
             let start = row.logprob_start_len;
             if start < -1 {
@@ -284,6 +344,30 @@ pub(crate) fn validate_and_expand(
         }
     }
     Ok(specs)
+}
+
+/// `ServerArgs.sampling_mask_max_tokens`' default (`--sampling-mask-max-tokens`).
+const SAMPLING_MASK_MAX_TOKENS: i64 = 4096;
+
+/// The fields of SGLang's `SessionParams` (`io_struct.py:135-156`).
+const SESSION_PARAMS_KEYS: &[&str] = &["id", "rid", "offset", "replace", "drop_previous_output"];
+
+/// The scheduler's `max_req_input_len`: a native SGLang worker's own figure (its server info's
+/// `max_req_input_len`), else what SGLang computes from the context length when the KV pool
+/// is not the bound: `min(context_len - 1, kv_capacity - 1) - 5` (`managers/tp_worker.py:
+/// 568-572`), i.e. `context_len - 6` (the mock: 32,762). `None` when the context is unknown.
+pub(crate) fn max_req_input_len(engine: &EngineInfo) -> Option<u64> {
+    if let Some(n) = engine
+        .server_info
+        .as_ref()
+        .and_then(|s| s.get("max_req_input_len"))
+        .and_then(Value::as_u64)
+    {
+        return Some(n);
+    }
+    engine
+        .context_limit()
+        .map(|c| u64::from(c).saturating_sub(6))
 }
 
 /// `max_new_tokens + input_tokens` printed as Python prints the sum (a float stays a float).
@@ -499,8 +583,9 @@ impl Item {
                 relay: false,
             },
             routing: s.routing,
-            // The SGLang P/D bootstrap fields are router-owned (a client setting one got a
-            // 400): the router puts them in `EngineRequest::pd`.
+            // A client's SGLang P/D bootstrap fields stay in the native body (an aggregated
+            // engine ignores them); on a P/D route the router puts its own in
+            // `EngineRequest::pd` and the engine client writes those over them.
             handoff: None,
             pd: None,
             native: NativeBody {

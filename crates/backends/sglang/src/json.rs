@@ -56,6 +56,37 @@ pub(crate) fn int_of(v: &Value, path: &str) -> Result<i128, GenerateError> {
     }
 }
 
+/// The integer pydantic's lax `int` makes of a value it admitted (`true` → 1, `"  2 "` → 2,
+/// `"1_0"` → 10, `"3.0"` → 3, `2.0` → 2); `None` for anything else.
+pub(crate) fn lax_int(v: &Value) -> Option<i128> {
+    match v {
+        Value::Bool(b) => Some(i128::from(*b)),
+        Value::Number(n) => number_to_int(n),
+        Value::String(s) => {
+            let t = s.trim();
+            let t = match t.split_once('.') {
+                Some((i, frac)) if frac.chars().all(|c| c == '0') => i,
+                Some(_) => return None,
+                None => t,
+            };
+            t.replace('_', "").parse::<i128>().ok()
+        }
+        _ => None,
+    }
+}
+
+/// Python's `not value` for a JSON value: `null`, `false`, `0`, `0.0`, `""`, `[]`, `{}`.
+pub(crate) fn py_falsy(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Bool(b) => !b,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+    }
+}
+
 /// The integer value of `n`, if it is integral.
 pub(crate) fn number_to_int(n: &Number) -> Option<i128> {
     if let Some(i) = n.as_i64() {

@@ -66,8 +66,31 @@
 //! |---|---|
 //! | typed | `input_ids`, `sampling_params` (`max_new_tokens`, `min_new_tokens`, `stop`, `stop_token_ids`, `ignore_eos`, `temperature`, `top_p`, `top_k`, `min_p`, the three penalties, `sampling_seed`, `n` (one engine request per sample), `logit_bias`, `json_schema` / `regex` / `ebnf` / `structural_tag` — the one SGLang's scheduler picks), `return_logprob`, `logprob_start_len`, `top_logprobs_num`, `token_ids_logprob`, `return_sampling_mask`, `return_routed_experts`, `routed_experts_start_len`, `session_id`, `lora_path`, `routed_dp_rank` / `data_parallel_rank`, `priority`, `extra_key` / `cache_salt` |
 //! | owned / rendered | `rid` (the private id replaces it), `stream`, `return_flat_raw_top_logprobs[_b64]`, `return_prompt_token_ids` |
-//! | refused by this format (any engine) | `input_embeds`, `return_hidden_states`, `custom_logit_processor`, `max_thinking_tokens`, `beam_width > 1`, `bootstrap_host` / `_port` / `_room` |
-//! | native only: refused by another engine's client, with a 400 naming them | a text-only prompt (`text`), multimodal inputs (`image_data`, `video_data`, `audio_data`, …), `return_text_in_logprobs`, `log_metrics: false`, `return_indexer_topk`, `session_params`, `lora_id`, `bootstrap_pair_key`, `decode_tp_size`, `disagg_prefill_dp_rank`, `require_reasoning`, `background`, `conversation_id`, `kv_router_hint`, `routing_key`, `no_logs`, `custom_labels`, `return_bytes`, `return_entropy`, trace and internal fields, an `extra_key` next to a `cache_salt`; in `sampling_params`: `stop_regex`, `skip_special_tokens: false`, `spaces_between_special_tokens: false`, `no_stop_trim`, `custom_params`, `stream_interval`, a `logit_bias` entry that is not an id and a number |
+//! | refused by this format (any engine) | `input_embeds`, `return_hidden_states`, `custom_logit_processor`, `max_thinking_tokens` |
+//! | native only: refused by another engine's client, with a 400 naming them | a text-only prompt (`text`), multimodal inputs (`image_data`, `video_data`, `audio_data`, …), `return_text_in_logprobs`, `log_metrics: false`, `return_indexer_topk`, `session_params`, `lora_id`, `bootstrap_host` / `_port` / `_room` (see below), `bootstrap_pair_key`, `decode_tp_size`, `disagg_prefill_dp_rank`, `require_reasoning`, `background`, `conversation_id`, `kv_router_hint`, `routing_key`, `no_logs`, `custom_labels`, `return_bytes`, `return_entropy`, trace and internal fields, an `extra_key` next to a `cache_salt`; in `sampling_params`: `beam_width > 1`, `stop_regex`, `skip_special_tokens: false`, `spaces_between_special_tokens: false`, `no_stop_trim`, `custom_params`, `stream_interval`, a `logit_bias` entry that is not an id and a number |
+//!
+//! **P/D bootstrap fields from a client** (`bootstrap_host`, `bootstrap_port`, `bootstrap_room`,
+//! and the companions `bootstrap_pair_key`, `decode_tp_size`): SGLang's own server accepts them
+//! from anyone, so genfront does too, with SGLang's checks (pydantic types, the contract gate,
+//! `_normalize_bootstrap_params`). On an aggregated route they are forwarded as given (an
+//! aggregated SGLang engine ignores them). On a P/D route genfront's router picks the prefill
+//! and a fresh room and puts them in [`genfront_protocol::EngineRequest::pd`]; the engine client
+//! then drops the client's five keys from both legs' bodies and writes the router's host, port
+//! and room (`client/body.rs`), so a client value can never pair a leg with another request
+//! (as smg injects its own for the chosen prefill). `tests/client/engine.rs`
+//! (`client_bootstrap_fields_never_reach_a_pd_leg`) pins it.
+//!
+//! **Beam search** (`sampling_params.beam_width > 1`) is real in SGLang 0.5.23
+//! (`srt/beam_search/`): the request is not fanned out (`n` is the number of returned beams,
+//! `io_struct.py:525-529`), the scheduler's `BeamSearchCoordinator.validate_and_init`
+//! (`beam_search/coordinator.py:119-210`) refuses what it cannot serve (logprobs, grammars,
+//! stop strings, `n > beam_width`, P/D, …), and the answer is one object: the best beam at the
+//! top level and every beam in `meta_info.beam_results` (`beam_search/output.py:130-143`;
+//! streams send only the finished answer). genfront forwards it to an SGLang engine in the
+//! native body; single unary or cumulative requests are relayed, so `beam_results` reaches the
+//! client as the engine wrote it (a batch or incremental stream is rebuilt from typed deltas and
+//! carries the best beam only). The in-process mock ignores `beam_width` and samples one
+//! ordinary sequence; a vLLM engine's client refuses it by name.
 //!
 //! Unknown top-level keys are not listed (SGLang itself ignores them). The meanings checked
 //! against both engines' source: SGLang `logit_bias` `{"<id>": bias}` is vLLM's `{id: bias}`
@@ -105,8 +128,19 @@
 //! 4. **`normalize_batch_and_arguments` / `generate_request`** (`ValueError` → `{"error":
 //!    {"message"}}`, or one SSE error event for `stream: true`): `_validate_inputs`
 //!    (`io_struct.py:440-478`: flat output top logprobs refuse `stream`, `_b64` needs either flat
-//!    flag), batch shape, `max_thinking_tokens`, then `routed_dp_rank` against the DP ranks
-//!    (`tokenizer_manager.py:915-925`).
+//!    flag), batch shape, parallel sampling (`n: null` → genfront's 400, see below; a beam
+//!    request is not fanned out, `io_struct.py:525-529`), per-item lists (a single request's
+//!    list is read by Python truthiness, `io_struct.py:559-587`: `return_logprob: []` is off,
+//!    `[true]` on; a start or count list is ignored without logprobs, `scheduler.py:3256-3258`),
+//!    `kv_hints` (`io_struct.py:583-587`, `888-905`: a list for one request is refused, an
+//!    envelope is decoded as msgspec does, `managers/kv_hints.py:31-55`), the bootstrap lists;
+//!    then `_set_default_priority`'s signed 64-bit range (`tokenizer_manager.py:4013-4026`),
+//!    `max_thinking_tokens`, `routed_dp_rank` (or the deprecated `data_parallel_rank`, read with
+//!    pydantic's lax `int`: `true` → 1, `" 2 "` → 2) against the DP ranks
+//!    (`tokenizer_manager.py:915-925`: [`genfront_protocol::EngineFeatures::dp_size`], the mock's
+//!    1, else a native worker's `dp_size`; unknown → the engine's), and `lora_path` on a server
+//!    without LoRA (`tokenizer_manager.py:3723-3742`, `EngineFeatures::lora == Some(false)`: any
+//!    truthy value, naming the first non-empty adapter or `None`).
 //! 5. **Per item** (`item.rs`): input length and vocabulary, `token_ids_logprob`, hidden states,
 //!    custom logit processor, `sampling_logprobs_mode` needs `return_sampling_mask`
 //!    (`tokenizer_manager.py:1432-1436`); the top-level `watermark` moved into the sampling
@@ -118,32 +152,45 @@
 //!    `sampling_seed` in the `i64` range, reasoning end token ids, one of the four grammars —
 //!    an empty one is unset); the watermark against a server without `--enable-watermark`
 //!    (`tokenizer_manager.py:213-225`).
-//! 6. The scheduler's request checks (logprob start, routed experts start, sampling mask).
+//!    `choice` in `sampling_params` and unknown `session_params` keys (`TypeError`s of
+//!    `SamplingParams(**kw)` / `SessionParams(**kw)`, `tokenizer_manager.py:1565`, `1572-1574`:
+//!    SGLang answers 500) get genfront's 400.
+//! 6. The scheduler's request checks (`scheduler.py:3160-3317`): the sampling mask's finite
+//!    `top_k` (`1 < top_k <= --sampling-mask-max-tokens`, default 4096, or greedy), the input
+//!    length against `max_req_input_len` (`managers/utils.py:259-289`: a native worker's
+//!    reported figure, else `context_len - 6`, `tp_worker.py:568-572`; the mock's 32,762),
+//!    logprob start, routed experts start.
 //!
-//! **Deliberate deviations** (each counted as a disagreement by the tool):
-//! - `bootstrap_host` / `bootstrap_port` / `bootstrap_room` set by a client are refused (400
-//!   naming the field): genfront's router mints them for P/D; SGLang ignores them on an
-//!   aggregated server.
-//! - `sampling_params.n` above the engine's `max_running_requests` (or genfront's fan-out bound
-//!   when unknown) is refused; SGLang fans out any `n`.
-//! - `beam_width > 1` is refused: genfront serves no beam search.
-//! - `routed_dp_rank` / `data_parallel_rank` are checked only against a native worker's reported
-//!   `dp_size`; for the mock and other engines they are routing hints (RL clients send ranks for
-//!   a fleet genfront routes), where SGLang's single-rank server refuses any rank but 0.
-//! - Per-item lists on a single request (`return_logprob`, `logprob_start_len`,
-//!   `top_logprobs_num`, `lora_path`, `custom_logit_processor`, …: "`<key>` should be a scalar
-//!   for a single request.") are refused; SGLang carries the list and uses it, or not, later.
+//! **Deliberate deviations** (each counted as a disagreement by the tool), with the engine
+//! behaviour they avoid:
+//! - `sampling_params.n` above 4096 (or the engine's `max_running_requests` when larger) is
+//!   refused at parse time, and the frontend's `--max-engine-requests` (default 1024) bounds
+//!   batch × `n` after it; SGLang fans out any `n` into that many requests, each holding its
+//!   own copy of the prompt (a 4-byte body field amplified without bound). The tool validates a
+//!   huge `n` as 64 (its `_cap_n`), and reads `n >= 2^64` as a Python int where SGLang's orjson
+//!   reads a float that the contract gate refuses: those oracle verdicts are artefacts.
 //! - Prompt ids outside the vocabulary (negative, or `>= vocab_size`) and an empty row of a
 //!   batch are refused: SGLang 0.5.23 admits them (only `token_ids_logprob` is bounded,
 //!   `tokenizer_manager.py:1520-1531`) and the model's embedding lookup fails on them.
+//! - A single request's `logprob_start_len` / `top_logprobs_num` list with logprobs on, and a
+//!   non-empty `lora_path` list on a LoRA server, are refused ("`<key>` should be a scalar for a
+//!   single request."): SGLang's scheduler compares the list with integers (`TypeError`, the
+//!   scheduler process fails) or resolves it as a batch.
+//! - A batch's per-item list shorter than the batch (`lora_path`, the bootstrap keys) gets a
+//!   400 naming it: SGLang indexes past its end (`IndexError`, a 500).
 //! - A pydantic error's `input` is printed up to 2048 bytes (then `...`); SGLang prints it whole,
 //!   twice.
-//! - Bodies SGLang's own code crashes on (500 `Internal Server Error`): a `stop_regex`
-//!   `sre_parse` cannot read, `rid` a list for a single prompt, `text` a list next to one
-//!   `input_ids` prompt get genfront's 400; `sampling_params.n: null`,
-//!   `sampling_params.choice` and unknown `session_params` keys are forwarded.
+//! - Bodies SGLang's own code crashes on (500 `Internal Server Error`, or a stream that ends
+//!   without a word) get genfront's 400 (status 400, not 500; for `stream: true` the SSE error
+//!   event): a `stop_regex` `sre_parse` cannot read, `rid` a list for a single prompt, `text` a
+//!   list next to one `input_ids` prompt (an empty `text: []` there, which SGLang answers as an
+//!   empty batch, is refused too), `sampling_params.choice` (any value),
+//!   `sampling_params.n: null` (not a beam request), unknown `session_params` keys.
+//! - `session_params.id` naming no open session: the engine answers ("Invalid request: session
+//!   id … does not exist"); genfront keeps no sessions and forwards it (the mock ignores it).
 //! - JSON syntax errors carry serde_json's text, not orjson's (`json_invalid` with a byte
-//!   offset).
+//!   offset); a body without a JSON `Content-Type` is the frontend's 415 (SGLang: pydantic's 400
+//!   `dataclass_type`).
 //!
 //! **Fuzzing**: `tests/fuzz.rs` drives this format's whole request path (parse, validate,
 //! project, the native error answer, the assembler) and the client's frame decoding (SSE bytes →
@@ -215,6 +262,8 @@ pub enum Unset {
     Empty,
     /// `true` (the key defaults to `True`).
     True,
+    /// A number `<= 1` (`beam_width`: `beam_width or 1`, 1 = no beam search).
+    One,
 }
 
 impl Unset {
@@ -225,6 +274,8 @@ impl Unset {
             (_, Value::Null) => true,
             (Unset::True, Value::Bool(b)) => *b,
             (Unset::True, _) => false,
+            (Unset::One, Value::Number(n)) => n.as_f64().is_some_and(|x| x <= 1.0),
+            (Unset::One, _) => false,
             (Unset::Empty, Value::Bool(b)) => !*b,
             (Unset::Empty, Value::String(s)) => s.is_empty(),
             (Unset::Empty, Value::Array(a)) => a.is_empty(),
@@ -430,7 +481,7 @@ pub fn server_info(info: &EngineInfo, incremental: bool) -> serde_json::Value {
         "weight_version": "default",
         "status": "ready",
         "max_total_num_tokens": max_total,
-        "max_req_input_len": context.map(|c| c.saturating_sub(1)),
+        "max_req_input_len": context.map(|c| c.saturating_sub(6)),
         "internal_states": [{
             "model_path": info.model,
             "last_gen_throughput": 0.0,
@@ -483,7 +534,8 @@ impl SglangFormat {
     /// native mock server does: `bootstrap_host` / `bootstrap_port` / `bootstrap_room` are then
     /// accepted (the router in front sets them) and projected into
     /// [`genfront_protocol::EngineRequest::pd`] with this role. `None` (the default, and always
-    /// for `genfront serve`): they are router-owned and a client setting one gets the 400.
+    /// for `genfront serve`): a client's are validated and forwarded in the native body (on a P/D
+    /// route the router's replace them in the engine client).
     #[must_use]
     pub fn with_engine_role(mut self, role: Option<genfront_protocol::PdRole>) -> Self {
         self.engine_role = role;

@@ -70,9 +70,11 @@ pub const REQUEST_KEYS: &[SchemaKey] = &[
     key("lora_id", NativeOnly(Empty)),
     key("custom_logit_processor", Refused),
     key("positional_embed_overrides", NativeOnly(Empty)),
-    key("bootstrap_host", Refused),
-    key("bootstrap_port", Refused),
-    key("bootstrap_room", Refused),
+    // Forwarded as given to an SGLang engine (an aggregated one ignores them); on a P/D leg the
+    // engine client writes the router's coordinates instead (`client/body.rs`).
+    key("bootstrap_host", NativeOnly(Empty)),
+    key("bootstrap_port", NativeOnly(Empty)),
+    key("bootstrap_room", NativeOnly(Empty)),
     key("bootstrap_pair_key", NativeOnly(Empty)),
     key("decode_tp_size", NativeOnly(Empty)),
     key("require_reasoning", NativeOnly(Empty)),
@@ -286,7 +288,13 @@ pub(crate) struct Fields<'a> {
     pub return_prompt_token_ids: bool,
     pub session_id: Option<&'a str>,
     pub session_params: bool,
+    /// `session_params` as sent (an object).
+    pub session_params_obj: Option<&'a Obj>,
     pub lora_path: Option<OneOrList<Option<&'a str>>>,
+    /// `kv_hints` as sent (one envelope, or one per batch item).
+    pub kv_hints: Option<&'a Value>,
+    /// The bootstrap keys sent as a per-item list, with the list's length.
+    pub bootstrap_lists: Vec<(&'static str, usize)>,
     pub custom_logit_processor: Option<OneOrList<Option<&'a str>>>,
     pub dp_rank: Option<i128>,
     pub priority: Option<i128>,
@@ -295,6 +303,8 @@ pub(crate) struct Fields<'a> {
     pub max_thinking_tokens: Option<i128>,
     /// The top-level `watermark` (one for every item, or one per batch item).
     pub watermark: Option<OneOrList<&'a Value>>,
+    /// The top-level `watermark` as sent (a single request's list is one value).
+    pub watermark_raw: Option<&'a Value>,
 }
 
 /// Phase *parse/validate*: the whole of SGLang's request handling up to dispatch. With
@@ -353,7 +363,7 @@ pub(crate) fn parse(
     if fast_ids.is_some() {
         fields.input_ids = fast_ids;
     }
-    check_other_types(&obj, engine_side).map_err(reject)?;
+    check_other_types(&obj).map_err(reject)?;
     let client_id = match &fields.rid {
         Some(OneOrList::One(rid)) => Some((*rid).to_owned()),
         _ => input
@@ -439,9 +449,19 @@ impl<'a> Fields<'a> {
                 json::str_of(v, path).map(Some)
             }
         };
-        let dp_rank = match opt_int(obj, "routed_dp_rank")? {
+        // pydantic's lax `int` (`true` → 1, `" 2 "` → 2): the contract gate is strict on
+        // `routed_dp_rank` only, so the deprecated alias keeps pydantic's coercions.
+        let lax = |key: &str| {
+            present(obj, key)
+                .map(|v| {
+                    json::lax_int(v)
+                        .ok_or_else(|| json::type_error(&json::body_path(key), "a valid integer"))
+                })
+                .transpose()
+        };
+        let dp_rank = match lax("routed_dp_rank")? {
             Some(r) => Some(r),
-            None => opt_int(obj, "data_parallel_rank")?,
+            None => lax("data_parallel_rank")?,
         };
         Ok(Self {
             rid: opt_one_or_list(obj, "rid", json::str_of)?,
@@ -480,7 +500,16 @@ impl<'a> Fields<'a> {
                 .map(|v| json::obj_of(v, "body.session_params"))
                 .transpose()?
                 .is_some(),
+            session_params_obj: present(obj, "session_params").and_then(Value::as_object),
             lora_path: opt_one_or_list(obj, "lora_path", opt_str_item)?,
+            kv_hints: present(obj, "kv_hints"),
+            bootstrap_lists: BOOTSTRAP_KEYS
+                .iter()
+                .filter_map(|k| match obj.get(*k) {
+                    Some(Value::Array(l)) => Some((*k, l.len())),
+                    _ => None,
+                })
+                .collect(),
             custom_logit_processor: opt_one_or_list(obj, "custom_logit_processor", opt_str_item)?,
             dp_rank,
             priority: opt_int(obj, "priority")?,
@@ -492,35 +521,30 @@ impl<'a> Fields<'a> {
                 Some(Value::Array(items)) => Some(OneOrList::List(items.iter().collect())),
                 Some(v) => Some(OneOrList::One(v)),
             },
+            watermark_raw: present(obj, "watermark"),
         })
     }
 }
 
-/// The P/D bootstrap coordinates genfront's router mints (`spec/sglang-native.md` §3.2, §13.2):
-/// it picks the prefill and decode workers and the rooms, so a client setting one gets a 400.
-/// The optional companions (`bootstrap_pair_key`, `decode_tp_size`, `disagg_prefill_dp_rank`)
-/// pass through on an aggregated engine (RL clients send
-/// `disagg_prefill_dp_rank`), and dropped from a P/D leg's body.
-const ROUTER_OWNED_KEYS: &[&str] = &["bootstrap_host", "bootstrap_port", "bootstrap_room"];
+/// SGLang's P/D bootstrap keys (`GenerateReqInput`, "For disaggregated inference"), each a
+/// scalar or a per-item list. A client may send them, as SGLang's own server accepts them
+/// (pydantic types and the contract gate check them; `_normalize_bootstrap_params`,
+/// `io_struct.py:907-950`, spreads them over a batch): an aggregated engine ignores them and
+/// gets them as sent; on a P/D route genfront's router picks the prefill and the room and the
+/// engine client writes the router's `bootstrap_host` / `_port` / `_room` over the client's
+/// (and drops the companions), so a client value never reaches a P/D leg (`client/body.rs`).
+const BOOTSTRAP_KEYS: &[&str] = &[
+    "bootstrap_host",
+    "bootstrap_port",
+    "bootstrap_room",
+    "bootstrap_pair_key",
+    "decode_tp_size",
+];
 
-/// Type checks (pydantic) of fields genfront does not otherwise use, and the router-owned
-/// fields: a value other than `null` (SGLang's default), or a per-item list holding one, is
-/// refused with `{field} is set by the router; clients must not set it.`
-fn check_other_types(obj: &Obj, engine_side: bool) -> Result<(), GenerateError> {
+/// Type checks (pydantic) of fields genfront does not otherwise use.
+fn check_other_types(obj: &Obj) -> Result<(), GenerateError> {
     json::req_lax_bool(obj, "return_text_in_logprobs", false)?;
     json::req_lax_bool(obj, "log_metrics", true)?;
-    for key in ROUTER_OWNED_KEYS.iter().filter(|_| !engine_side) {
-        let set = match obj.get(*key) {
-            None | Some(Value::Null) => false,
-            Some(Value::Array(items)) => items.iter().any(|v| !v.is_null()),
-            Some(_) => true,
-        };
-        if set {
-            return Err(GenerateError::validation(format!(
-                "{key} is set by the router; clients must not set it."
-            )));
-        }
-    }
     opt_int(obj, "disagg_prefill_dp_rank")?;
     Ok(())
 }
@@ -669,25 +693,35 @@ fn normalize(
             first
         }
     };
+    // `_handle_beam_search_parallel_sampling` (`io_struct.py:525-529`): a beam request
+    // (`beam_width > 1`, the first item's for a batch) is not fanned out: its `n` is the number
+    // of returned beams, which the engine's beam coordinator bounds (`n <= beam_width`).
     let beam = match &f.sampling {
         Some(OneOrList::One(sp)) => sp.beam_width,
         Some(OneOrList::List(list)) => list.first().map_or(1, |sp| sp.beam_width),
         None => 1,
     };
-    if beam > 1 {
-        return invalid(
-            "Beam search (sampling_params.beam_width > 1) is not supported by genfront's engines.",
-        );
+    let n = if beam > 1 { 1 } else { n };
+    // `n: null` (the first item's for a batch) is compared with 1 (`None > 1`, a `TypeError`:
+    // SGLang answers 500): genfront's 400.
+    let n_null = match &f.sampling {
+        Some(OneOrList::One(sp)) => sp.n_null,
+        Some(OneOrList::List(list)) => list.first().is_some_and(|sp| sp.n_null),
+        None => false,
+    };
+    if n_null && beam <= 1 {
+        return invalid("sampling_params.n must be an integer, got None.");
     }
-    // SGLang has no cap of its own, but each sample is an engine request: bound the fan-out by
-    // what the engine can run at once (`max_running_requests`), or by genfront's fan-out bound
-    // when the engine did not say.
+    // SGLang has no cap of its own, but each sample is an engine request holding its own copy
+    // of the prompt: the fan-out is bounded by the engine's `max_running_requests` or
+    // [`crate::MAX_FANOUT_UNKNOWN`], whichever is larger (SGLang queues samples beyond its
+    // running capacity, so the engine's figure alone is not its limit).
     let max_n = i128::from(
         input
             .engine
             .max_num_seqs
-            .unwrap_or(crate::MAX_FANOUT_UNKNOWN)
-            .max(1),
+            .unwrap_or(0)
+            .max(crate::MAX_FANOUT_UNKNOWN),
     );
     if n > max_n {
         return Err(GenerateError::validation(format!(
@@ -704,7 +738,13 @@ fn normalize(
         batch_rows(f, kind, batch_size, n)?
     };
     let f = &*f;
-    // generate_request: checks after normalization
+    // generate_request: checks after normalization. `_set_default_priority`
+    // (`tokenizer_manager.py:4013-4026`) first.
+    if f.priority.is_some_and(|p| i64::try_from(p).is_err()) {
+        return invalid(
+            "priority must be a signed 64-bit integer between -9223372036854775808 and 9223372036854775807",
+        );
+    }
     if f.max_thinking_tokens.is_some() {
         return invalid(
             "max_thinking_tokens requires the server to be launched with --enable-strict-thinking",
@@ -720,14 +760,60 @@ fn normalize(
             "routed_dp_rank={rank} out of range [0, {ranks})"
         )));
     }
-    item::validate_and_expand(f, kind, rows, n, input.engine).map(|specs| (is_single, specs))
+    // `_validate_and_resolve_lora` (`tokenizer_manager.py:3723-3742`): on a server without
+    // LoRA, any truthy `lora_path` (a non-empty string, a non-empty list) is refused naming the
+    // first non-empty adapter (`None` when there is none).
+    if input.engine.features.lora == Some(false)
+        && let Some(first) = lora_requested(f.lora_path.as_ref(), is_single)
+    {
+        return Err(GenerateError::validation(format!(
+            "LoRA adapter '{}' was requested, but LoRA is not enabled. Please launch the server with --enable-lora flag and preload adapters using --lora-paths or /load_lora_adapter endpoint.",
+            first.unwrap_or("None")
+        )));
+    }
+    if !is_single
+        && let Some(OneOrList::List(l)) = &f.lora_path
+        && l.len() < batch_size
+    {
+        // SGLang indexes past the list's end (`IndexError`, a 500): genfront's 400.
+        return invalid("The length of lora_path should be equal to the batch size.");
+    }
+    if is_single
+        && let Some(OneOrList::List(l)) = &f.lora_path
+        && !l.is_empty()
+    {
+        // A LoRA server resolves a list for one request as if it were a batch; genfront
+        // refuses it (a documented deviation).
+        return invalid("lora_path should be a scalar for a single request.");
+    }
+    item::validate_and_expand(f, kind, rows, n, input.engine, is_single)
+        .map(|specs| (is_single, specs))
 }
 
-/// The engine's DP rank count as a native SGLang worker's own server info states it
-/// (`dp_size`). `None` for an engine without that document (the mock, a vLLM worker, a
-/// sidecar): the rank is then only a routing hint and is not checked (a deliberate deviation,
-/// `lib.rs`: RL clients send ranks for a fleet genfront routes).
+/// Whether `lora_path` asks for an adapter as SGLang reads it after normalization (`not
+/// obj.lora_path` skips the check), and the adapter its refusal names: the string, or the first
+/// non-empty entry of the list. A batch's string became a list of copies, so even `""` asks
+/// (naming `None`).
+fn lora_requested<'a>(
+    lora: Option<&OneOrList<Option<&'a str>>>,
+    is_single: bool,
+) -> Option<Option<&'a str>> {
+    match lora? {
+        OneOrList::One(None) => None,
+        OneOrList::One(Some("")) => (!is_single).then_some(None),
+        OneOrList::One(Some(s)) => Some(Some(*s)),
+        OneOrList::List(l) if l.is_empty() => None,
+        OneOrList::List(l) => Some(l.iter().flatten().copied().find(|s| !s.is_empty())),
+    }
+}
+
+/// The engine's DP rank count: [`genfront_protocol::EngineFeatures::dp_size`] when known (the
+/// mock: 1), else a native SGLang worker's own server info (`dp_size`). `None` when neither
+/// says: the rank is then left to the engine.
 fn dp_ranks(engine: &genfront_protocol::EngineInfo) -> Option<i128> {
+    if let Some(n) = engine.features.dp_size {
+        return Some(i128::from(n));
+    }
     engine
         .server_info
         .as_ref()?
@@ -780,14 +866,22 @@ fn single_rows(f: &mut Fields<'_>, kind: InputKind) -> Result<Vec<Row>, Generate
             "sampling_params should be a dict for a single request.",
         ));
     }
-    let one = |v: &Option<OneOrList<bool>>, name: &str, default: bool| match v {
-        None => Ok(default),
-        Some(OneOrList::One(x)) => Ok(*x),
-        Some(OneOrList::List(_)) => Err(scalar(name)),
+    // `_normalize_single_inputs` (`io_struct.py:559-587`) leaves a list where one request
+    // holds a scalar; SGLang then reads it by Python truthiness (`if obj.return_logprob`): an
+    // empty list is off, a non-empty one on.
+    let one = |v: &Option<OneOrList<bool>>, default: bool| match v {
+        None => default,
+        Some(OneOrList::One(x)) => *x,
+        Some(OneOrList::List(l)) => !l.is_empty(),
     };
+    let return_logprob = one(&f.return_logprob, false);
+    // A list start or count is ignored without logprobs (the scheduler resets the start,
+    // `scheduler.py:3256-3258`); with them SGLang's scheduler compares the list with ints and
+    // fails (`TypeError`): genfront refuses that (a documented deviation).
     let one_int = |v: &Option<OneOrList<i128>>, name: &str, default: i128| match v {
         None => Ok(default),
         Some(OneOrList::One(x)) => Ok(*x),
+        Some(OneOrList::List(_)) if !return_logprob => Ok(default),
         Some(OneOrList::List(_)) => Err(scalar(name)),
     };
     let token_ids_logprob = match &f.token_ids_logprob {
@@ -807,11 +901,20 @@ fn single_rows(f: &mut Fields<'_>, kind: InputKind) -> Result<Vec<Row>, Generate
             "{name} should be a string for a single request."
         ))),
     };
-    let opt_one = |v: &Option<OneOrList<Option<&str>>>, name: &str| match v {
-        None => Ok(None),
-        Some(OneOrList::One(s)) => Ok(s.map(str::to_owned)),
-        Some(OneOrList::List(_)) => Err(scalar(name)),
-    };
+    // `kv_hints` (`io_struct.py:583-587`): one envelope, decoded when truthy.
+    match f.kv_hints {
+        Some(Value::Array(_)) => {
+            return Err(GenerateError::validation(
+                "kv_hints should be a single envelope for one request.",
+            ));
+        }
+        Some(v) if !crate::json::py_falsy(v) => {
+            if let Some(e) = kv_hints_error(v) {
+                return Err(GenerateError::validation(e));
+            }
+        }
+        _ => {}
+    }
     let ids = match (kind, &mut f.input_ids) {
         (InputKind::Ids | InputKind::Text { with_ids: true }, Some(IdLists::Flat(v))) => {
             Some(std::mem::take(v))
@@ -827,14 +930,24 @@ fn single_rows(f: &mut Fields<'_>, kind: InputKind) -> Result<Vec<Row>, Generate
         b: 0,
         rid: Some(rid),
         ids,
-        return_logprob: one(&f.return_logprob, "return_logprob", false)?,
+        return_logprob,
         logprob_start_len: one_int(&f.logprob_start_len, "logprob_start_len", -1)?,
         top_logprobs_num: one_int(&f.top_logprobs_num, "top_logprobs_num", 0)?,
         token_ids_logprob,
-        return_sampling_mask: one(&f.return_sampling_mask, "return_sampling_mask", false)?,
-        lora: opt_one(&f.lora_path, "lora_path")?,
-        custom_logit_processor: opt_one(&f.custom_logit_processor, "custom_logit_processor")?
-            .is_some_and(|s| !s.is_empty()),
+        return_sampling_mask: one(&f.return_sampling_mask, false),
+        // A non-empty list was answered in `normalize` (LoRA off: the engine's refusal; else
+        // genfront's); an empty one is no adapter.
+        lora: match &f.lora_path {
+            Some(OneOrList::One(s)) => s.map(str::to_owned),
+            _ => None,
+        },
+        // Truthy: a non-empty string, or a non-empty list (refused as the server has no custom
+        // logit processors, `tokenizer_manager.py:1412-1419`).
+        custom_logit_processor: match &f.custom_logit_processor {
+            None => false,
+            Some(OneOrList::One(s)) => s.is_some_and(|s| !s.is_empty()),
+            Some(OneOrList::List(l)) => !l.is_empty(),
+        },
         extra_key: key(&f.extra_key, "extra_key")?,
         cache_salt: key(&f.cache_salt, "cache_salt")?,
     }])
@@ -887,12 +1000,8 @@ fn batch_rows(
             l.iter().map(|s| (*s).to_owned()).collect()
         }
     };
-    // _normalize_lora_paths, _normalize_sampling_params: per-item lists must cover the batch.
-    if let Some(OneOrList::List(l)) = &f.lora_path
-        && l.len() < batch_size
-    {
-        return Err(length("lora_path"));
-    }
+    // _normalize_sampling_params: a per-item list must cover the batch (`lora_path`'s is
+    // checked after SGLang's LoRA check, in `normalize`).
     if let Some(OneOrList::List(l)) = &f.sampling
         && l.len() < batch_size
     {
@@ -954,6 +1063,33 @@ fn batch_rows(
         {
             return Err(length(name));
         }
+    }
+    // _normalize_kv_hints (`io_struct.py:888-905`): one envelope for every item (decoded even
+    // when empty), or one per prompt (decoded when truthy).
+    match f.kv_hints {
+        Some(Value::Array(l)) => {
+            if l.len() != batch_size {
+                return Err(length("kv_hints"));
+            }
+            if let Some(e) = l
+                .iter()
+                .filter(|v| !crate::json::py_falsy(v))
+                .find_map(kv_hints_error)
+            {
+                return Err(invalid(e));
+            }
+        }
+        Some(v) => {
+            if let Some(e) = kv_hints_error(v) {
+                return Err(invalid(e));
+            }
+        }
+        None => {}
+    }
+    // _normalize_bootstrap_params (`io_struct.py:907-950`): a list is indexed per prompt, so
+    // one shorter than the batch fails in SGLang (`IndexError`, a 500): genfront's 400.
+    if let Some((name, _)) = f.bootstrap_lists.iter().find(|(_, len)| *len < batch_size) {
+        return Err(length(name));
     }
     // _validate_rid_uniqueness
     if let Some(OneOrList::List(l)) = &f.rid {
@@ -1031,4 +1167,68 @@ fn batch_rows(
         })
         .collect();
     Ok(rows)
+}
+
+/// `decode_kv_hints_envelope` (`managers/kv_hints.py:43-55`, `msgspec.convert` into
+/// `KvHintsEnvelope {protocol_version: str, message_id: str, actions: List[KvHintAction] = []}`,
+/// `KvHintAction {action_id, action_type, action_version: str, payload: Dict = {}}`): the
+/// first error in msgspec's order (present keys in body order, then the missing required
+/// fields), as `Malformed kv_hints envelope: <msgspec text>`. String types were checked by the
+/// contract gate.
+fn kv_hints_error(v: &Value) -> Option<String> {
+    fn kind(v: &Value) -> &'static str {
+        match v {
+            Value::Null => "null",
+            Value::Bool(_) => "bool",
+            Value::Number(n) if n.is_f64() => "float",
+            Value::Number(_) => "int",
+            Value::String(_) => "str",
+            Value::Array(_) => "array",
+            Value::Object(_) => "object",
+        }
+    }
+    fn missing(m: &Obj, fields: &[&str], at: &str) -> Option<String> {
+        let f = fields.iter().find(|f| !m.contains_key(**f))?;
+        Some(if at == "$" {
+            format!("Object missing required field `{f}`")
+        } else {
+            format!("Object missing required field `{f}` - at `{at}`")
+        })
+    }
+    fn action(v: &Value, at: &str) -> Option<String> {
+        let Value::Object(m) = v else {
+            return Some(format!("Expected `object`, got `{}` - at `{at}`", kind(v)));
+        };
+        if let Some(p) = m.get("payload")
+            && !p.is_object()
+        {
+            return Some(format!(
+                "Expected `object`, got `{}` - at `{at}.payload`",
+                kind(p)
+            ));
+        }
+        missing(m, &["action_id", "action_type", "action_version"], at)
+    }
+    let text = (|| {
+        let Value::Object(m) = v else {
+            return Some(format!("Expected `object`, got `{}`", kind(v)));
+        };
+        if let Some(a) = m.get("actions") {
+            let Value::Array(items) = a else {
+                return Some(format!(
+                    "Expected `array`, got `{}` - at `$.actions`",
+                    kind(a)
+                ));
+            };
+            if let Some(e) = items
+                .iter()
+                .enumerate()
+                .find_map(|(i, x)| action(x, &format!("$.actions[{i}]")))
+            {
+                return Some(e);
+            }
+        }
+        missing(m, &["protocol_version", "message_id"], "$")
+    })()?;
+    Some(format!("Malformed kv_hints envelope: {text}"))
 }

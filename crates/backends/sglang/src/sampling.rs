@@ -10,7 +10,7 @@ use genfront_protocol::{LogitBias, StructuredOutput};
 use serde_json::{Number, Value};
 
 use crate::{
-    Carry::{NativeOnly, Refused, Typed},
+    Carry::{NativeOnly, Typed},
     SchemaKey, Unset,
     Unset::Empty,
     key,
@@ -53,7 +53,9 @@ pub const SAMPLING_KEYS: &[SchemaKey] = &[
     key("stream_interval", NativeOnly(Empty)),
     key("logit_bias", Typed),
     key("sampling_seed", Typed),
-    key("beam_width", Refused),
+    // Beam search (SGLang's `beam_search/`): an SGLang engine gets it in the native body; the
+    // in-process mock samples one ordinary sequence; another engine's client refuses it.
+    key("beam_width", NativeOnly(Unset::One)),
 ];
 
 /// The set [`Carry::NativeOnly`](crate::Carry::NativeOnly) keys of one `sampling_params`
@@ -158,6 +160,11 @@ pub(crate) struct SamplingParams {
     pub ignore_eos: bool,
     /// `n` (parallel samples); `null` → 1.
     pub n: i128,
+    /// `n` was sent as `null` (SGLang compares it with 1 and fails: see `request.rs`).
+    pub n_null: bool,
+    /// `choice` was sent (any value): the contract gate admits it, but `SamplingParams` has no
+    /// such argument.
+    pub choice: bool,
     /// `sampling_seed` as a 64-bit seed.
     pub seed: Option<u64>,
     /// `beam_width` (`null`/absent → 1).
@@ -247,6 +254,8 @@ impl SamplingParams {
             stop_token_ids: stop_token_ids(obj, &p("stop_token_ids"))?,
             ignore_eos,
             n,
+            n_null: obj.get("n").is_some_and(Value::is_null),
+            choice: obj.contains_key("choice"),
             seed,
             beam_width,
             stop: str_or_list(present(obj, "stop"), &p("stop"))?,

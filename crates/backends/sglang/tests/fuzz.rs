@@ -621,7 +621,7 @@ const SEEDS: &[&str] = &[
     r#"{"rid":"r1","abort_all":false}"#,
     r#"{"input_ids":[1,2,3],"sampling_params":{"max_new_tokens":8,"temperature":0}}"#,
     r#"{"rid":"r1","input_ids":[5,6,7,8],"stream":true,"return_logprob":true,"logprob_start_len":0,"top_logprobs_num":2,"token_ids_logprob":[1,2],"sampling_params":{"max_new_tokens":4,"n":2}}"#,
-    r#"{"input_ids":[[1,2],[3,4,5]],"sampling_params":[{"max_new_tokens":2},{"max_new_tokens":3,"stop_token_ids":[2]}],"return_routed_experts":true,"return_sampling_mask":true}"#,
+    r#"{"input_ids":[[1,2],[3,4,5]],"sampling_params":[{"max_new_tokens":2,"top_k":8},{"max_new_tokens":3,"stop_token_ids":[2],"temperature":0}],"return_routed_experts":true,"return_sampling_mask":true}"#,
     r#"{"rid":["a","b"],"input_ids":[[9],[8,7]],"return_logprob":[true,false],"logprob_start_len":[-1,0],"top_logprobs_num":[0,3],"stream":true}"#,
     r#"{"input_ids":[10,11,12,13,14],"sampling_params":{"max_new_tokens":0},"return_logprob":true,"logprob_start_len":2}"#,
     r#"{"input_ids":[3,4],"sampling_params":{"max_new_tokens":5,"min_new_tokens":2,"ignore_eos":true,"logit_bias":{"7":2.5},"sampling_seed":42,"regex":"[a-z]+"},"routed_experts_start_len":1,"return_routed_experts":true}"#,

@@ -788,3 +788,58 @@ async fn pd_prefill_answers_decode_with_prompt_side_fields() {
         assert_eq!(sent[0]["sampling_params"]["max_new_tokens"], 8);
     }
 }
+
+/// A client's own bootstrap fields (SGLang accepts them from any client): an aggregated engine
+/// gets them as sent; on a P/D route the router's coordinates replace them on both legs, so a
+/// client value can never pair a leg with another request's room.
+#[tokio::test]
+async fn client_bootstrap_fields_never_reach_a_pd_leg() {
+    const ROOM: u64 = 4242;
+    let client = json!({"rid": "c", "input_ids": [1, 2, 3], "stream": false,
+                        "sampling_params": {"max_new_tokens": 2},
+                        "bootstrap_host": "10.9.9.9", "bootstrap_port": 1,
+                        "bootstrap_room": 7, "bootstrap_pair_key": "theirs",
+                        "decode_tp_size": 8});
+    let answer = || {
+        let f = frame(&[5, 2], json!({"type": "stop", "matched": 2}), 2, json!({}));
+        Reply::Sse(
+            chunks(&serde_json::to_vec(&f).expect("json"), &[5]),
+            End::Close,
+        )
+    };
+    for role in [
+        None,
+        Some(genfront_protocol::PdRole::Prefill),
+        Some(genfront_protocol::PdRole::Decode),
+    ] {
+        let fake = fake::start(false).await;
+        let e = connect(&fake, options()).await;
+        fake.shared.push(answer());
+        let (mut req, _) = native_request(&e, client.clone());
+        if let Some(role) = role {
+            let mut leg = prefill_leg(ROOM);
+            leg.role = role;
+            req.pd = Some(leg);
+        }
+        let outs = oks(&collect(e.generate(req, CancellationToken::new())).await);
+        assert!(!outs.is_empty(), "{role:?}");
+        let sent = fake.shared.bodies();
+        let body = &sent[0];
+        if role.is_none() {
+            for k in [
+                "bootstrap_host",
+                "bootstrap_port",
+                "bootstrap_room",
+                "bootstrap_pair_key",
+            ] {
+                assert_eq!(body[k], client[k], "{k}");
+            }
+        } else {
+            assert_eq!(body["bootstrap_host"], "[fd00::1]", "{role:?}");
+            assert_eq!(body["bootstrap_port"], 8998, "{role:?}");
+            assert_eq!(body["bootstrap_room"].as_u64(), Some(ROOM), "{role:?}");
+            assert!(body.get("bootstrap_pair_key").is_none(), "{role:?}");
+            assert!(body.get("decode_tp_size").is_none(), "{role:?}");
+        }
+    }
+}

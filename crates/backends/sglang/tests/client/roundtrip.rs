@@ -159,7 +159,8 @@ fn body(c: &Case, rng: &mut Rng) -> Value {
     let prompt: Vec<u32> = (0..c.prompt_len).map(|_| rng.token()).collect();
     let mut b = json!({
         "input_ids": prompt,
-        "sampling_params": {"max_new_tokens": 64, "stop_token_ids": [STOP_ID]},
+        // A finite top_k: SGLang refuses a sampling mask over the whole vocabulary.
+        "sampling_params": {"max_new_tokens": 64, "stop_token_ids": [STOP_ID], "top_k": 50},
         "return_logprob": c.return_logprob,
         "top_logprobs_num": c.top_k,
         "logprob_start_len": c.start.map_or(-1, |s| s as i64),

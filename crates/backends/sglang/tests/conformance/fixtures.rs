@@ -30,6 +30,8 @@ fn big_engine() -> EngineInfo {
     EngineInfo {
         vocab_size: Some(152_064),
         max_context_len: 32_768,
+        // A real engine's features, not reported here: LoRA and DP checks are the engine's.
+        features: genfront_protocol::EngineFeatures::default(),
         ..EngineInfo::default()
     }
 }
@@ -55,21 +57,12 @@ fn check(body: &Value, headers: &HeaderMap, reads: &[&str], source: &str) -> &'s
     match prepare_with(&text, headers, &info, false) {
         Err(r) => {
             let has_text = body.get("text").is_some() && body.get("input_ids").is_none();
-            // genfront's router owns P/D: a client's own bootstrap room is refused.
-            let has_room = body.get("bootstrap_room").is_some_and(|v| !v.is_null());
-            assert!(
-                has_text || has_room,
-                "{source}: unexpected rejection {:?}",
-                r.error
+            assert!(has_text, "{source}: unexpected rejection {:?}", r.error);
+            assert_eq!(
+                r.error,
+                GenerateError::validation(TEXT_UNSUPPORTED),
+                "{source}"
             );
-            let expected = if has_text {
-                GenerateError::validation(TEXT_UNSUPPORTED)
-            } else {
-                GenerateError::validation(
-                    "bootstrap_host is set by the router; clients must not set it.",
-                )
-            };
-            assert_eq!(r.error, expected, "{source}");
             let answer = format(false).error_response(&r.error, r.stream);
             if body["stream"] == true {
                 assert_eq!(answer.status, StatusCode::OK, "{source}");
@@ -172,15 +165,15 @@ fn rl_client_requests() {
         outcomes.push(check(&rec["body"], &headers, &reads, &source));
     }
     assert_eq!(outcomes.len(), 13);
-    // Only the search-r1 shape (#4) sends text; verl's own P/D decode leg (#11) sets the
-    // bootstrap fields genfront's router owns.
+    // Only the search-r1 shape (#4) sends text. verl's own P/D decode leg (#11) sets bootstrap
+    // fields: accepted, as SGLang accepts them (the router's replace them on a P/D route).
     let rejected: Vec<usize> = outcomes
         .iter()
         .enumerate()
         .filter(|(_, o)| **o == "rejected")
         .map(|(i, _)| i + 1)
         .collect();
-    assert_eq!(rejected, [4, 11]);
+    assert_eq!(rejected, [4]);
 }
 
 #[test]
@@ -201,10 +194,17 @@ fn rl_projection_details() {
         p.client_id.as_deref(),
         Some("5d7a0c2e9f1b4a3c8e6d2f0a1b9c7e4d_D")
     );
-    let r = prepare_with(&body(11), &h, &info, false).unwrap_err();
+    // With them: forwarded as sent (an aggregated engine ignores them), no P/D leg of its own.
+    let p = prepare_with(&body(11), &h, &info, false).unwrap();
+    let r = &p.subs[0].request;
+    assert!(r.pd.is_none());
     assert_eq!(
-        r.error,
-        GenerateError::validation("bootstrap_host is set by the router; clients must not set it.")
+        r.native.body["bootstrap_host"],
+        recs[10]["body"]["bootstrap_host"]
+    );
+    assert_eq!(
+        r.native.body["bootstrap_room"],
+        recs[10]["body"]["bootstrap_room"]
     );
     // P/D stress client: DP pinning and incremental routed experts.
     let p = prepare_with(&body(8), &h, &info, false).unwrap();

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, missing_docs)]
 
 mod fixtures;
+mod parity;
 mod props;
 mod requests;
 mod responses;

@@ -74,7 +74,8 @@ fn body(c: &Case, stream: bool) -> String {
     let mut b = json!({
         "rid": "p",
         "input_ids": input_ids,
-        "sampling_params": {"n": c.n, "max_new_tokens": 64, "temperature": 0.5},
+        // A finite top_k: SGLang refuses a sampling mask over the whole vocabulary.
+        "sampling_params": {"n": c.n, "max_new_tokens": 64, "temperature": 0.5, "top_k": 40},
         "return_logprob": c.return_logprob,
         "logprob_start_len": c.start.min(min_len - 1),
         "top_logprobs_num": c.top,

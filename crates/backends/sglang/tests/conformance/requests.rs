@@ -81,8 +81,7 @@ fn validation_messages() {
         (r#"{"input_ids":[1],"return_logprob":true,"top_logprobs_num":-1}"#.into(), "top_logprobs_num must be a non-negative integer, got -1.".into()),
         (r#"{"input_ids":[1,2],"return_routed_experts":true,"routed_experts_start_len":3}"#.into(), "routed_experts_start_len=3 is higher than the number of input tokens 2. Please use a smaller routed_experts_start_len.".into()),
         (r#"{"input_ids":[1,2],"return_routed_experts":true,"routed_experts_start_len":-1}"#.into(), "routed_experts_start_len must be non-negative, got -1.".into()),
-        (r#"{"input_ids":[1],"sampling_params":{"n":1000000000}}"#.into(), "sampling_params.n=1000000000 exceeds the maximum number of parallel samples (256).".into()),
-        (r#"{"input_ids":[1],"sampling_params":{"beam_width":2}}"#.into(), "Beam search (sampling_params.beam_width > 1) is not supported by genfront's engines.".into()),
+        (r#"{"input_ids":[1],"sampling_params":{"n":1000000000}}"#.into(), "sampling_params.n=1000000000 exceeds the maximum number of parallel samples (4096).".into()),
     ];
     for (body, message) in &cases {
         assert_value_error(body, message);
@@ -317,8 +316,9 @@ fn defaults_and_explicit_nulls() {
     assert_eq!(r.routing.lora, None);
 
     let p = prepared(
-        r#"{"input_ids":[1],"sampling_params":{"temperature":null,"top_p":null,"top_k":null,"min_p":null,"stop":null,"stop_token_ids":null,"ignore_eos":null,"n":null,"min_new_tokens":null,"max_new_tokens":null}}"#,
+        r#"{"input_ids":[1],"sampling_params":{"temperature":null,"top_p":null,"top_k":null,"min_p":null,"stop":null,"stop_token_ids":null,"ignore_eos":null,"min_new_tokens":null,"max_new_tokens":null}}"#,
     );
+    // (`n: null` is SGLang's `None > 1` crash: genfront's 400, `parity.rs`.)
     let r = &p.subs[0].request;
     // `max_new_tokens` is Optional in SGLang: null means no limit (capped by the context).
     assert_eq!(r.stop.max_tokens, None);
@@ -522,52 +522,49 @@ fn put_and_post_and_catalog() {
 }
 
 #[test]
-fn router_owned_bootstrap_fields_are_refused() {
-    // genfront's router owns P/D (`spec/sglang-native.md` §3.2, §13.2): the native 400 names
-    // the field, for single and batch requests alike.
-    for (body, field) in [
-        (
-            r#"{"input_ids":[1],"bootstrap_room":9223372036854775807}"#,
-            "bootstrap_room",
-        ),
-        (
-            r#"{"input_ids":[1],"bootstrap_host":"10.0.0.1"}"#,
-            "bootstrap_host",
-        ),
-        (
-            r#"{"input_ids":[1],"bootstrap_port":8998}"#,
-            "bootstrap_port",
-        ),
-        (
-            r#"{"input_ids":[[1],[2]],"bootstrap_room":[null,7]}"#,
-            "bootstrap_room",
-        ),
-    ] {
-        let r = rejected(body);
-        assert_eq!(
-            r.error,
-            GenerateError::validation(format!(
-                "{field} is set by the router; clients must not set it."
-            )),
-            "{body}"
-        );
-        let answer = error_answer(body);
-        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{body}");
-        let v: Value = serde_json::from_slice(&answer.body).unwrap();
-        assert_eq!(
-            v["error"]["message"],
-            format!("{field} is set by the router; clients must not set it."),
-            "{body}"
-        );
-    }
-    // A stream client gets the error the way SGLang streams it.
-    let r = rejected(r#"{"input_ids":[1],"stream":true,"bootstrap_room":1}"#);
-    assert!(r.stream);
-    // SGLang's defaults (null, or a list of nulls) are not a client choice.
-    prepared(
+fn client_bootstrap_fields_are_accepted_and_forwarded() {
+    // SGLang's own server accepts the P/D bootstrap fields from any client (an aggregated
+    // server ignores them): genfront validates them as SGLang does and forwards them as sent;
+    // on a P/D route the engine client writes the router's over them (tests/client/engine.rs).
+    for body in [
+        r#"{"input_ids":[1],"bootstrap_room":9223372036854775807}"#,
+        r#"{"input_ids":[1],"bootstrap_room":9223372036854775808}"#,
+        r#"{"input_ids":[1],"bootstrap_host":"10.0.0.1"}"#,
+        r#"{"input_ids":[1],"bootstrap_host":["h"]}"#,
+        r#"{"input_ids":[1],"bootstrap_port":8998}"#,
+        r#"{"input_ids":[1],"bootstrap_port":0}"#,
+        r#"{"input_ids":[[1],[2]],"bootstrap_room":[null,7]}"#,
+        r#"{"input_ids":[1],"stream":true,"bootstrap_room":1}"#,
         r#"{"input_ids":[1],"bootstrap_host":null,"bootstrap_port":null,"bootstrap_room":null}"#,
+        r#"{"input_ids":[[1],[2]],"bootstrap_room":[null,null]}"#,
+    ] {
+        let p = prepared(body);
+        let sent: Value = serde_json::from_str(body).unwrap();
+        assert!(p.subs.iter().all(|r| r.request.pd.is_none()), "{body}");
+        if let [one] = p.subs.as_slice() {
+            for k in ["bootstrap_host", "bootstrap_port", "bootstrap_room"] {
+                assert_eq!(one.request.native.body.get(k), sent.get(k), "{body}");
+            }
+        }
+    }
+    // A set one has no meaning on another engine kind: recorded as native-only.
+    let p = prepared(r#"{"input_ids":[1],"bootstrap_room":7,"bootstrap_host":null}"#);
+    assert_eq!(p.subs[0].request.native_only, ["bootstrap_room"]);
+    // Types are SGLang's (pydantic, then the contract gate).
+    assert_eq!(
+        rejected(r#"{"input_ids":[1],"bootstrap_room":"x"}"#)
+            .error
+            .status(),
+        StatusCode::BAD_REQUEST
     );
-    prepared(r#"{"input_ids":[[1],[2]],"bootstrap_room":[null,null]}"#);
+    // A batch list shorter than the batch: SGLang indexes past it (`IndexError`, a 500);
+    // genfront's 400 names it.
+    assert_eq!(
+        rejected(r#"{"input_ids":[[1],[2]],"bootstrap_room":[7]}"#).error,
+        GenerateError::validation(
+            "The length of bootstrap_room should be equal to the batch size."
+        )
+    );
     // The optional companions are the client's on an aggregated engine (miles sends
     // `disagg_prefill_dp_rank`).
     let p = prepared(r#"{"input_ids":[1],"disagg_prefill_dp_rank":1,"bootstrap_pair_key":"k"}"#);

@@ -450,7 +450,7 @@ fn routed_experts_only_on_the_final_answer() {
 #[test]
 fn prompt_token_ids_sampling_mask_and_engine_meta() {
     let p = prepared(
-        r#"{"input_ids":[4,5],"return_prompt_token_ids":true,"return_sampling_mask":true}"#,
+        r#"{"input_ids":[4,5],"return_prompt_token_ids":true,"return_sampling_mask":true,"sampling_params":{"top_k":2}}"#,
     );
     let req = p.subs[0].request.clone();
     assert!(req.output.sampling_mask);
@@ -477,7 +477,7 @@ fn prompt_token_ids_sampling_mask_and_engine_meta() {
 fn incremental_streams_slice_the_sampling_mask() {
     // SGLang's `_INCREMENTAL_STREAMING_META_INFO_KEYS` slices the mask like the logprob lists;
     // its length stays cumulative.
-    let body = r#"{"input_ids":[4,5],"return_sampling_mask":true,"stream":true}"#;
+    let body = r#"{"input_ids":[4,5],"return_sampling_mask":true,"stream":true,"sampling_params":{"top_k":2}}"#;
     let p = prepare_with(body, &http::HeaderMap::new(), &engine(), true).unwrap();
     let req = p.subs[0].request.clone();
     let run = run(p, |_| Script::tokens(3));

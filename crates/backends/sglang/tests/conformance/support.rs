@@ -12,12 +12,23 @@ use genfront_sglang::SglangFormat;
 use http::HeaderMap;
 use serde_json::Value;
 
-/// The model facts tests validate against.
+/// The model facts tests validate against. Server features are unknown (as for a real engine
+/// that has not reported them): LoRA and DP-rank checks are left to the engine; tests of the
+/// flag-dependent rules use [`mock_engine`].
 pub fn engine() -> EngineInfo {
     EngineInfo {
         vocab_size: Some(1000),
         max_context_len: 4096,
+        features: genfront_protocol::EngineFeatures::default(),
         ..EngineInfo::default()
+    }
+}
+
+/// [`engine`] with the mock's known features (LoRA off, one DP rank).
+pub fn mock_engine() -> EngineInfo {
+    EngineInfo {
+        features: genfront_protocol::EngineFeatures::mock(),
+        ..engine()
     }
 }
 
