@@ -34,9 +34,9 @@ use serde_json::{Map, Value, json};
 use crate::FORMAT_NAME;
 
 /// P/D bootstrap keys a router owns (`spec/sglang-native.md` §13.2): a P/D leg's native body
-/// never forwards the client's (the format refuses the host/port/room triple; a null, or a
-/// companion such as `disagg_prefill_dp_rank`, may remain and passes through on an aggregated
-/// engine).
+/// never forwards the client's (the format validates a client's host/port/room triple as SGLang
+/// does and it passes through on an aggregated engine; on a P/D leg the router's values replace
+/// it, as smg injects them).
 const BOOTSTRAP_KEYS: &[&str] = &[
     "bootstrap_host",
     "bootstrap_port",
