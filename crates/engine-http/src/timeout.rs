@@ -9,6 +9,7 @@
 //! worker failure at the circuit breaker ([`EngineError::is_worker_failure`] is true for
 //! [`ErrorKind::Timeout`]), and dropping the engine stream sends the engine's abort.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -152,14 +153,102 @@ impl Engine for TimedEngine {
     }
 }
 
+/// The stream [`timed`] makes: the inner stream, and one timer for all its waits.
+///
+/// One [`tokio::time::Sleep`] serves every wait of the stream and is moved only when it must
+/// be: an output marks the next wait as not started; the first poll that finds the inner
+/// stream pending starts it (one clock read) and sets the timer only if it would fire later
+/// than the new deadline. A timer that fires before the current deadline (set for an earlier
+/// wait) is moved to it. So a stream of many outputs costs one clock read per wait, not a timer
+/// registered and dropped per output.
 struct Timed {
     inner: Option<OutputStream>,
+    /// No output yet (the first-byte limit applies).
     first: bool,
+    streaming: bool,
+    timeouts: EngineTimeouts,
+    observer: Option<TimeoutObserver>,
+    /// When the current wait started: the first poll since the last output that found the inner
+    /// stream pending. `None`: no wait under way.
+    since: Option<tokio::time::Instant>,
+    /// The timer, made at the first wait.
+    sleep: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Timed {
+    fn phase(&self) -> (TimeoutPhase, Option<Duration>) {
+        if self.first || !self.streaming {
+            (TimeoutPhase::FirstByte, self.timeouts.first_byte)
+        } else {
+            (TimeoutPhase::Idle, self.timeouts.idle)
+        }
+    }
+}
+
+impl futures::Stream for Timed {
+    type Item = Result<genfront_protocol::EngineOutput, EngineError>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use std::task::Poll;
+        let this = &mut *self;
+        let Some(inner) = this.inner.as_mut() else {
+            return Poll::Ready(None);
+        };
+        if let Poll::Ready(item) = inner.poll_next_unpin(cx) {
+            this.first = false;
+            this.since = None;
+            if item.is_none() {
+                // Ending drops the finished inner stream.
+                this.inner = None;
+            }
+            return Poll::Ready(item);
+        }
+        let (phase, limit) = this.phase();
+        let Some(limit) = limit else {
+            return Poll::Pending;
+        };
+        let since = *this.since.get_or_insert_with(tokio::time::Instant::now);
+        let deadline = since + limit;
+        loop {
+            let sleep = this
+                .sleep
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+            if sleep.deadline() > deadline {
+                sleep.as_mut().reset(deadline);
+            }
+            if sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            if sleep.deadline() < deadline {
+                // Set for an earlier wait: this one has time left.
+                sleep.as_mut().reset(deadline);
+                continue;
+            }
+            break;
+        }
+        this.inner = None;
+        this.since = None;
+        if let Some(observe) = &this.observer {
+            observe(phase);
+        }
+        let what = match phase {
+            TimeoutPhase::FirstByte => "no first output",
+            TimeoutPhase::Idle => "no next output",
+        };
+        Poll::Ready(Some(Err(EngineError::timeout(format!(
+            "the engine sent {what} within {limit:?} ({})",
+            phase.flag()
+        )))))
+    }
 }
 
 /// `stream` with the limits of `timeouts` (see [`EngineTimeouts`] for which applies when). On a
 /// timeout the inner stream is dropped (its engine abort fires) and the stream ends with one
-/// [`ErrorKind::Timeout`] naming the flag.
+/// [`ErrorKind::Timeout`] naming the flag. Each wait is timed from the first poll that finds the
+/// inner stream without an output.
 pub fn timed(
     stream: OutputStream,
     timeouts: EngineTimeouts,
@@ -169,45 +258,15 @@ pub fn timed(
     if timeouts.first_byte.is_none() && timeouts.idle.is_none() {
         return stream;
     }
-    let state = Timed {
+    Box::pin(Timed {
         inner: Some(stream),
         first: true,
-    };
-    Box::pin(futures::stream::unfold(state, move |mut st| {
-        let observer = observer.clone();
-        async move {
-            let inner = st.inner.as_mut()?;
-            let (phase, limit) = if st.first || !streaming {
-                (TimeoutPhase::FirstByte, timeouts.first_byte)
-            } else {
-                (TimeoutPhase::Idle, timeouts.idle)
-            };
-            let next = match limit {
-                None => inner.next().await,
-                Some(limit) => match tokio::time::timeout(limit, inner.next()).await {
-                    Ok(next) => next,
-                    Err(_) => {
-                        st.inner = None;
-                        if let Some(observe) = &observer {
-                            observe(phase);
-                        }
-                        let what = match phase {
-                            TimeoutPhase::FirstByte => "no first output",
-                            TimeoutPhase::Idle => "no next output",
-                        };
-                        let err = EngineError::timeout(format!(
-                            "the engine sent {what} within {limit:?} ({})",
-                            phase.flag()
-                        ));
-                        return Some((Err(err), st));
-                    }
-                },
-            };
-            st.first = false;
-            // Ending drops `st`, and with it the finished inner stream.
-            next.map(|item| (item, st))
-        }
-    }))
+        streaming,
+        timeouts,
+        observer,
+        since: None,
+        sleep: None,
+    })
 }
 
 #[cfg(test)]
@@ -305,6 +364,45 @@ mod tests {
             .await;
         assert_eq!(items.len(), 2);
         assert!(items.iter().all(Result::is_ok));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_gap_has_its_own_limit_whichever_limit_is_longer() {
+        let dropped = Arc::new(AtomicUsize::new(0));
+        // Twelve outputs 150 ms apart: every gap is within the 200 ms idle limit, the whole
+        // stream (1.8 s) is not, and the first-byte limit is longer than the idle one.
+        let ticks = Box::pin(futures::stream::unfold(0u32, |i| async move {
+            if i == 12 {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            Some((out(), i + 1))
+        }));
+        let items: Vec<_> = timed(ticks, limits(1000, 200), true, None).collect().await;
+        assert_eq!(items.len(), 12);
+        assert!(items.iter().all(Result::is_ok));
+        // A first-byte limit shorter than the idle one: the timer set for the first wait fires
+        // early for the second and is moved, not taken for a timeout.
+        let stream = slow(
+            Duration::from_millis(50),
+            Duration::from_millis(500),
+            dropped.clone(),
+        );
+        let items: Vec<_> = timed(stream, limits(100, 1000), true, None).collect().await;
+        assert_eq!(items.len(), 2);
+        assert!(items.iter().all(Result::is_ok), "{items:?}");
+        // The same stream with a 400 ms idle limit times out in its second gap.
+        let stream = slow(
+            Duration::from_millis(50),
+            Duration::from_millis(500),
+            dropped.clone(),
+        );
+        let items: Vec<_> = timed(stream, limits(100, 400), true, None).collect().await;
+        assert_eq!(items.len(), 2);
+        assert!(items[0].is_ok());
+        let err = items[1].as_ref().expect_err("idle timeout");
+        assert!(err.message.contains("--engine-idle-timeout"), "{err}");
+        assert_eq!(dropped.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test(start_paused = true)]
