@@ -19,7 +19,9 @@
 //!   but an unterminated (cut-off) last line is still dropped with its event, so a connection
 //!   closed in the middle of a frame never yields half a frame.
 //!
-//! Work is linear in the input: each byte is scanned once, consumed input is compacted away.
+//! Work is linear in the input: each byte is scanned once; a chunk's complete lines are read
+//! straight from it (a `data` value is copied once, into its event), only an unterminated last
+//! line is kept until the next chunk.
 
 /// Largest event accepted by [`SseSplitter::new`], in bytes. Cumulative frames grow with the output
 /// (and a final frame may carry base64 routed experts), so the bound is generous; it exists so a
@@ -44,18 +46,17 @@ impl std::error::Error for EventTooLarge {}
 /// Splits a byte stream into SSE event payloads (the joined `data` lines).
 ///
 /// Feed with [`SseSplitter::push`], then drain with [`SseSplitter::next_event`] until it returns
-/// `Ok(None)` **before the next push** (the size limit is checked while draining). At the end of
-/// the body either stop (WHATWG) or call [`SseSplitter::finish`] (lenient, see the module docs).
-/// The output does not depend on how the input was split into chunks. After an
-/// [`EventTooLarge`], the splitter must not be used any more.
+/// `Ok(None)`. At the end of the body either stop (WHATWG) or call [`SseSplitter::finish`]
+/// (lenient, see the module docs). The output does not depend on how the input was split into
+/// chunks. After an [`EventTooLarge`], the splitter must not be used any more.
+///
+/// Each push reads the lines its chunk completes at once, straight from the chunk: a line's
+/// `data` value is copied once, into its event; only a chunk's unterminated last line is kept
+/// (copied) until a later chunk ends it.
 #[derive(Debug)]
 pub struct SseSplitter {
-    /// Input bytes; `buf[head..]` is unconsumed and starts at a line start.
-    buf: Vec<u8>,
-    /// Start of the unconsumed input.
-    head: usize,
-    /// Where the search for the next line terminator resumes (`>= head`).
-    scan: usize,
+    /// The unterminated last line of the input so far (empty when the input ended on a line end).
+    partial: Vec<u8>,
     /// The data lines of the event being read.
     data: Vec<u8>,
     /// Whether the event being read has a `data` field.
@@ -63,6 +64,10 @@ pub struct SseSplitter {
     /// The last line ended with a `\r` at the end of the input: a leading `\n` of the next
     /// input belongs to it.
     skip_lf: bool,
+    /// Complete events not taken yet, oldest first.
+    ready: std::collections::VecDeque<Vec<u8>>,
+    /// The event being read went past the limit (reported after the events before it).
+    too_large: bool,
     /// Largest event accepted.
     limit: usize,
 }
@@ -73,6 +78,10 @@ impl Default for SseSplitter {
     }
 }
 
+/// A kept partial line whose buffer grew past this is released once the line ends (a large
+/// frame's buffer is not held by an idle stream).
+const KEEP_PARTIAL_CAPACITY: usize = 16 * 1024;
+
 impl SseSplitter {
     /// A splitter that accepts events up to [`MAX_EVENT_BYTES`].
     pub fn new() -> Self {
@@ -82,12 +91,12 @@ impl SseSplitter {
     /// A splitter that refuses events larger than `limit` bytes.
     pub fn with_limit(limit: usize) -> Self {
         Self {
-            buf: Vec::new(),
-            head: 0,
-            scan: 0,
+            partial: Vec::new(),
             data: Vec::new(),
             has_data: false,
             skip_lf: false,
+            ready: std::collections::VecDeque::new(),
+            too_large: false,
             limit,
         }
     }
@@ -97,34 +106,61 @@ impl SseSplitter {
         self.limit
     }
 
-    /// Append a chunk of the body.
+    /// Append a chunk of the body (the events it completes are read now).
     pub fn push(&mut self, chunk: &[u8]) {
-        self.compact();
-        self.buf.extend_from_slice(chunk);
+        if self.too_large {
+            return;
+        }
+        let mut rest = chunk;
+        if self.skip_lf
+            && let Some(&first) = rest.first()
+        {
+            self.skip_lf = false;
+            if first == b'\n' {
+                rest = rest.get(1..).unwrap_or_default();
+            }
+        }
+        if !self.partial.is_empty() {
+            // The kept line ends in this chunk, or grows by all of it.
+            let Some(t) = memchr::memchr2(b'\n', b'\r', rest) else {
+                self.partial.extend_from_slice(rest);
+                self.check_open();
+                return;
+            };
+            let mut line = std::mem::take(&mut self.partial);
+            line.extend_from_slice(rest.get(..t).unwrap_or_default());
+            rest = self.after_terminator(rest, t);
+            self.line(&line);
+            if line.capacity() <= KEEP_PARTIAL_CAPACITY {
+                line.clear();
+                self.partial = line;
+            }
+            if self.too_large {
+                return;
+            }
+        }
+        while let Some(t) = memchr::memchr2(b'\n', b'\r', rest) {
+            let line = rest.get(..t).unwrap_or_default();
+            rest = self.after_terminator(rest, t);
+            self.line(line);
+            if self.too_large {
+                return;
+            }
+        }
+        self.partial.extend_from_slice(rest);
+        self.check_open();
     }
 
     /// The next complete event's payload, if one is buffered.
     ///
     /// # Errors
     /// [`EventTooLarge`] when the event being read (its data so far plus its unterminated line)
-    /// exceeds the limit.
+    /// exceeds the limit, after the events completed before it.
     pub fn next_event(&mut self) -> Result<Option<Vec<u8>>, EventTooLarge> {
-        while let Some((end, next)) = self.line_end() {
-            let start = self.head;
-            self.head = next;
-            self.scan = next;
-            if start == end {
-                if let Some(event) = self.dispatch() {
-                    return Ok(Some(event));
-                }
-            } else if let Some(line) = self.buf.get(start..end) {
-                field(&mut self.data, &mut self.has_data, line);
-                if self.data.len() > self.limit {
-                    return Err(EventTooLarge { limit: self.limit });
-                }
-            }
+        if let Some(event) = self.ready.pop_front() {
+            return Ok(Some(event));
         }
-        if self.data.len() + (self.buf.len() - self.head) > self.limit {
+        if self.too_large {
             return Err(EventTooLarge { limit: self.limit });
         }
         Ok(None)
@@ -142,10 +178,8 @@ impl SseSplitter {
             return Ok(Some(event));
         }
         // What is left is one unterminated line (a cut-off write), or nothing.
-        let cut_off = self.head < self.buf.len();
-        self.buf.clear();
-        self.head = 0;
-        self.scan = 0;
+        let cut_off = !self.partial.is_empty();
+        self.partial = Vec::new();
         self.skip_lf = false;
         if cut_off {
             self.data.clear();
@@ -155,46 +189,37 @@ impl SseSplitter {
         Ok(self.dispatch())
     }
 
-    /// Drop consumed input once it is at least half the buffer (amortized O(1) per byte).
-    fn compact(&mut self) {
-        if self.head == self.buf.len() {
-            self.buf.clear();
-            self.scan = 0;
-            self.head = 0;
-        } else if self.head > 0 && self.head >= self.buf.len() / 2 {
-            self.buf.drain(..self.head);
-            self.scan -= self.head;
-            self.head = 0;
+    /// `rest` past its line terminator at `t`: `\r\n` is one terminator; a `\r` ending the
+    /// input may be followed by the `\n` of the next input, which then belongs to it.
+    fn after_terminator<'a>(&mut self, rest: &'a [u8], t: usize) -> &'a [u8] {
+        match (rest.get(t), rest.get(t + 1)) {
+            (Some(b'\r'), Some(b'\n')) => rest.get(t + 2..).unwrap_or_default(),
+            (Some(b'\r'), None) => {
+                self.skip_lf = true;
+                &[]
+            }
+            _ => rest.get(t + 1..).unwrap_or_default(),
         }
     }
 
-    /// The end of the line starting at `head` and the start of the next one, once the line's
-    /// terminator is buffered. A `\r` ends a line at once; a `\n` right after it (possibly in
-    /// the next read) belongs to it and is skipped.
-    fn line_end(&mut self) -> Option<(usize, usize)> {
-        if self.skip_lf {
-            let next = *self.buf.get(self.head)?;
-            self.skip_lf = false;
-            if next == b'\n' {
-                self.head += 1;
-                self.scan = self.scan.max(self.head);
+    /// One complete line: a blank one ends the event, any other is a field.
+    fn line(&mut self, line: &[u8]) {
+        if line.is_empty() {
+            if let Some(event) = self.dispatch() {
+                self.ready.push_back(event);
             }
+            return;
         }
-        let from = self.scan.max(self.head);
-        let rel = memchr::memchr2(b'\n', b'\r', self.buf.get(from..)?);
-        let Some(rel) = rel else {
-            self.scan = self.buf.len();
-            return None;
-        };
-        let end = from + rel;
-        match (self.buf.get(end), self.buf.get(end + 1)) {
-            (Some(b'\r'), Some(b'\n')) => Some((end, end + 2)),
-            (Some(b'\r'), None) => {
-                // The `\n` of a `\r\n` may come with the next read.
-                self.skip_lf = true;
-                Some((end, end + 1))
-            }
-            _ => Some((end, end + 1)),
+        field(&mut self.data, &mut self.has_data, line);
+        if self.data.len() > self.limit {
+            self.too_large = true;
+        }
+    }
+
+    /// The open event's data plus its unterminated line must stay within the limit.
+    fn check_open(&mut self) {
+        if self.data.len() + self.partial.len() > self.limit {
+            self.too_large = true;
         }
     }
 
