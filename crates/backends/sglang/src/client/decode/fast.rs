@@ -24,7 +24,6 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::Value;
-use serde_json::value::RawValue;
 
 use super::relay::Scanned;
 
@@ -40,7 +39,8 @@ enum Level {
 #[derive(Debug, Clone)]
 struct Span {
     level: Level,
-    key: Box<[u8]>,
+    /// Where the key's bytes (quotes excluded) sit in the frame (no copy of its own).
+    key: std::ops::Range<usize>,
     /// A string value (`range`: its content, quotes excluded; `count` 0), not an array.
     string: bool,
     range: std::ops::Range<usize>,
@@ -61,9 +61,9 @@ pub(super) struct Memo {
 
 impl Memo {
     fn find(&self, level: Level, key: &[u8], string: bool) -> Option<&Span> {
-        self.spans
-            .iter()
-            .find(|s| s.level == level && s.string == string && &*s.key == key)
+        self.spans.iter().find(|s| {
+            s.level == level && s.string == string && self.body.get(s.key.clone()) == Some(key)
+        })
     }
 }
 
@@ -114,20 +114,150 @@ impl<'a> Cur<'a> {
     }
 
     /// An object key with no escapes and no control characters, valid UTF-8 (else `None`).
+    /// A plain ASCII key is found eight bytes at a time ([`plain_key_len`]); any other goes
+    /// byte by byte, with the UTF-8 check.
     fn key(&mut self) -> Option<&'a [u8]> {
         self.ws();
         if self.peek()? != b'"' {
             return None;
         }
         let start = self.pos + 1;
-        let len = self.b.get(start..)?.iter().position(|&c| c == b'"')?;
-        let key = self.b.get(start..start + len)?;
-        if key.iter().any(|&c| c == b'\\' || c < 0x20) {
-            return None;
-        }
-        std::str::from_utf8(key).ok()?;
+        let rest = self.b.get(start..)?;
+        let len = match plain_key_len(rest) {
+            Some(len) => len,
+            None => {
+                let len = rest.iter().position(|&c| c == b'"')?;
+                let key = rest.get(..len)?;
+                if key.iter().any(|&c| c == b'\\' || c < 0x20) {
+                    return None;
+                }
+                std::str::from_utf8(key).ok()?;
+                len
+            }
+        };
         self.pos = start + len + 1;
-        Some(key)
+        rest.get(..len)
+    }
+
+    /// Skip the literal `lit` (`null`, `true`, `false`) when it is next.
+    fn literal(&mut self, lit: &[u8]) -> Option<()> {
+        if self.b.get(self.pos..)?.starts_with(lit) {
+            self.pos += lit.len();
+            Some(())
+        } else {
+            None
+        }
+    }
+
+    /// Skip the number that starts here, in JSON's grammar (`-`, `0` or a digit run without a
+    /// leading zero, an optional fraction, an optional exponent), as `serde_json` ignores one
+    /// (digits are not converted). `None`: not a JSON number.
+    fn number(&mut self) -> Option<()> {
+        let b = self.b;
+        let mut i = self.pos;
+        let digits = |mut i: usize| {
+            while matches!(b.get(i), Some(b'0'..=b'9')) {
+                i += 1;
+            }
+            i
+        };
+        if b.get(i) == Some(&b'-') {
+            i += 1;
+        }
+        match b.get(i)? {
+            b'0' => i += 1,
+            b'1'..=b'9' => i = digits(i + 1),
+            _ => return None,
+        }
+        if b.get(i) == Some(&b'.') {
+            let from = i + 1;
+            i = digits(from);
+            if i == from {
+                return None;
+            }
+        }
+        if matches!(b.get(i), Some(b'e' | b'E')) {
+            i += 1;
+            if matches!(b.get(i), Some(b'+' | b'-')) {
+                i += 1;
+            }
+            let from = i;
+            i = digits(from);
+            if i == from {
+                return None;
+            }
+        }
+        self.pos = i;
+        Some(())
+    }
+
+    /// Skip one JSON value (leading whitespace skipped), as `serde_json` ignores one: literals,
+    /// numbers, strings and (up to a few levels deep) arrays of them lexed here, anything else
+    /// (objects, deeper arrays) by `serde_json`. `None`: not a valid value.
+    fn skip(&mut self, depth: u8) -> Option<()> {
+        self.ws();
+        match self.peek()? {
+            b'"' => self.string(None).map(drop),
+            b'n' => self.literal(b"null"),
+            b't' => self.literal(b"true"),
+            b'f' => self.literal(b"false"),
+            b'-' | b'0'..=b'9' => self.number(),
+            b'[' if depth < 4 => {
+                self.pos += 1;
+                self.ws();
+                if self.peek()? == b']' {
+                    self.pos += 1;
+                    return Some(());
+                }
+                loop {
+                    self.skip(depth + 1)?;
+                    self.ws();
+                    match self.peek()? {
+                        b',' => self.pos += 1,
+                        b']' => {
+                            self.pos += 1;
+                            return Some(());
+                        }
+                        _ => return None,
+                    }
+                }
+            }
+            _ => self.value::<IgnoredAny>().map(drop),
+        }
+    }
+
+    /// A `u32` (leading whitespace skipped): a plain digit run read here; anything else (a
+    /// leading zero, a fraction, an exponent, a sign, out of range) read by `serde_json`, which
+    /// decides as the full scan does.
+    fn u32(&mut self) -> Option<u32> {
+        self.ws();
+        let start = self.pos;
+        let mut i = start;
+        let mut v: u64 = 0;
+        while let Some(&d @ b'0'..=b'9') = self.b.get(i) {
+            v = v * 10 + u64::from(d - b'0');
+            if v > u64::from(u32::MAX) {
+                return self.value::<u32>();
+            }
+            i += 1;
+        }
+        let plain = i > start
+            && (self.b.get(start) != Some(&b'0') || i == start + 1)
+            && !matches!(self.b.get(i), Some(b'.' | b'e' | b'E'));
+        if !plain {
+            return self.value::<u32>();
+        }
+        self.pos = i;
+        u32::try_from(v).ok()
+    }
+
+    /// An optional `u32` (`null` as `None`), as [`Cur::u32`].
+    fn opt_u32(&mut self) -> Option<Option<u32>> {
+        self.ws();
+        if self.peek()? == b'n' {
+            return self.literal(b"null").map(|()| None);
+        }
+        self.u32().map(Some)
     }
 
     /// One JSON value read as `T` by `serde_json` (leading whitespace skipped); the cursor
@@ -232,6 +362,34 @@ impl Cur<'_> {
     }
 }
 
+/// The length of the key content at the start of `b` up to its closing `"`, when every byte
+/// before that quote is printable ASCII other than `\\`; `None` otherwise (another byte first,
+/// or no quote). Eight bytes per step: in each word the lowest byte that is `"`, `\\`, below
+/// `0x20` or above `0x7f` is found with the usual borrow tricks (they can flag a byte above a
+/// flagged one spuriously, never below, so the lowest flag is exact).
+fn plain_key_len(b: &[u8]) -> Option<usize> {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let flagged = |c: u8| c == b'"' || c == b'\\' || c < 0x20 || c > 0x7f;
+    let mut i = 0;
+    while let Some(word) = b.get(i..i + 8) {
+        let w = u64::from_le_bytes(word.try_into().ok()?);
+        let zero = |x: u64| x.wrapping_sub(LO) & !x & HI;
+        let below_space = w.wrapping_sub(LO * 0x20) & !w & HI;
+        let m = zero(w ^ (LO * u64::from(b'"')))
+            | zero(w ^ (LO * u64::from(b'\\')))
+            | below_space
+            | (w & HI);
+        if m != 0 {
+            let at = i + (m.trailing_zeros() / 8) as usize;
+            return (*b.get(at)? == b'"').then_some(at);
+        }
+        i += 8;
+    }
+    let at = i + b.get(i..)?.iter().position(|&c| flagged(c))?;
+    (*b.get(at)? == b'"').then_some(at)
+}
+
 /// Scan cumulative frame `body` of dispatch `rid`, skipping the array prefixes `memo`
 /// remembers; `delivered`: output ids delivered before it. `None`: not the plain shape (run
 /// the full scan). The [`Scanned`] ids are those past the skipped prefix, `skipped` of them
@@ -263,13 +421,13 @@ pub(super) fn scan(
                 let prev = remembered(memo, Level::Top, key);
                 let mut tail = Vec::new();
                 let (range, count, skipped) = cur.array(prev, |c| {
-                    tail.push(c.value::<u32>()?);
+                    tail.push(c.u32()?);
                     Some(())
                 })?;
                 if skipped > delivered {
                     return None;
                 }
-                spans.push(span(Level::Top, key, range, count, skipped));
+                spans.push(span(body, Level::Top, key, range, count, skipped));
                 ids = Some((tail, skipped));
             }
             b"meta_info" => {
@@ -296,14 +454,8 @@ pub(super) fn scan(
         return None;
     }
     let meta = meta?;
-    let raw = meta.id?;
-    let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
-    if inner != rid {
-        return None;
-    }
-    let start = (raw.as_ptr() as usize).checked_sub(body.as_ptr() as usize)?;
-    let end = start.checked_add(raw.len())?;
-    if body.get(start..end) != Some(raw.as_bytes()) {
+    let id = meta.id?;
+    if body.get(id.start + 1..id.end - 1) != Some(rid.as_bytes()) {
         return None;
     }
     let (token_ids, skipped) = ids.unwrap_or_default();
@@ -313,20 +465,21 @@ pub(super) fn scan(
             skipped,
             finish: meta.finish.flatten().filter(|f| !f.is_null()),
             counts: meta.counts.map(Option::flatten),
-            id: start..end,
+            id,
         },
         Spans(spans),
     ))
 }
 
 /// `meta_info` as far as the scan reads it (`Some(None)`: present as `null`).
-struct MetaRead<'a> {
-    id: Option<&'a str>,
+struct MetaRead {
+    /// The byte range of `meta_info.id`, quotes included, when it is a string.
+    id: Option<std::ops::Range<usize>>,
     finish: Option<Option<Value>>,
     counts: [Option<Option<u32>>; 3],
 }
 
-fn meta_info<'a>(cur: &mut Cur<'a>, memo: &Memo, spans: &mut Vec<Span>) -> Option<MetaRead<'a>> {
+fn meta_info(cur: &mut Cur<'_>, memo: &Memo, spans: &mut Vec<Span>) -> Option<MetaRead> {
     let mut m = MetaRead {
         id: None,
         finish: None,
@@ -350,23 +503,31 @@ fn meta_info<'a>(cur: &mut Cur<'a>, memo: &Memo, spans: &mut Vec<Span>) -> Optio
         };
         match key {
             b"id" => {
+                // A string lexed as `serde_json` lexes one (its content is checked against the
+                // dispatch id, which needs no escapes); anything else is the full scan's to judge.
                 if m.id.is_some() {
                     return None;
                 }
-                m.id = Some(cur.value::<&'a RawValue>()?.get());
+                let (content, _) = cur.string(None)?;
+                m.id = Some(content.start - 1..content.end + 1);
             }
             b"finish_reason" => {
                 if m.finish.is_some() {
                     return None;
                 }
-                m.finish = Some(cur.value::<Option<Value>>()?);
+                m.finish = Some(if cur.peek()? == b'n' {
+                    cur.literal(b"null")?;
+                    None
+                } else {
+                    cur.value::<Option<Value>>()?
+                });
             }
             _ if count_at.is_some() => {
                 let slot = m.counts.get_mut(count_at?)?;
                 if slot.is_some() {
                     return None;
                 }
-                *slot = Some(cur.value::<Option<u32>>()?);
+                *slot = Some(cur.opt_u32()?);
             }
             _ => other(cur, memo, spans, Level::Meta, key)?,
         }
@@ -396,18 +557,17 @@ fn other(
             .find(level, key, true)
             .and_then(|s| memo.body.get(s.range.clone()));
         let (range, skipped) = cur.string(prev)?;
-        let mut s = span(level, key, range, 0, skipped);
+        let mut s = span(cur.b, level, key, range, 0, skipped);
         s.string = true;
         spans.push(s);
         return Some(());
     }
     if cur.peek()? != b'[' {
-        cur.value::<IgnoredAny>()?;
-        return Some(());
+        return cur.skip(0);
     }
     let prev = remembered(memo, level, key);
-    let (range, count, skipped) = cur.array(prev, |c| c.value::<IgnoredAny>().map(drop))?;
-    spans.push(span(level, key, range, count, skipped));
+    let (range, count, skipped) = cur.array(prev, |c| c.skip(1))?;
+    spans.push(span(cur.b, level, key, range, count, skipped));
     Some(())
 }
 
@@ -416,16 +576,19 @@ fn remembered<'m>(memo: &'m Memo, level: Level, key: &[u8]) -> Option<(&'m [u8],
     Some((memo.body.get(s.range.clone())?, s.count))
 }
 
+/// The span of `range` in frame `body`; `key` is a slice of `body`.
 fn span(
+    body: &[u8],
     level: Level,
     key: &[u8],
     range: std::ops::Range<usize>,
     count: usize,
     skipped: usize,
 ) -> Span {
+    let at = (key.as_ptr() as usize).saturating_sub(body.as_ptr() as usize);
     Span {
         level,
-        key: key.into(),
+        key: at..at + key.len(),
         string: false,
         range,
         count,
@@ -602,17 +765,92 @@ mod tests {
         assert_eq!(full.finish, fast.finish);
         assert_eq!(full.counts, fast.counts);
         assert_eq!(full.id, fast.id);
-        let growing = spans.0.iter().filter(|s| &*s.key != b"routed" && !s.string);
+        let key = |s: &super::Span| body.get(s.key.clone()).unwrap_or_default();
+        let growing = spans.0.iter().filter(|s| key(s) != b"routed" && !s.string);
         // The text resumes after its previous content (there is one once a frame was read).
         let text_ok = memo.spans.is_empty()
             || spans
                 .0
                 .iter()
-                .filter(|s| s.string && &*s.key == b"text")
+                .filter(|s| s.string && key(s) == b"text")
                 .all(|t| t.skipped == 1);
         let least = growing.map(|s| s.skipped).min().unwrap_or(0);
         *memo = spans.into_memo(bytes::Bytes::copy_from_slice(body));
         Some(if text_ok { least } else { usize::MAX })
+    }
+
+    /// The word-at-a-time key length agrees with a byte loop at every offset.
+    #[test]
+    fn plain_key_len_is_the_byte_loop() {
+        let bytes: &[u8] = &[
+            b'a', b'"', b'\\', 0x1f, 0x20, 0x7f, 0x80, 0xc3, 0xa9, b'z', b'0',
+        ];
+        let mut rng = Rng(7);
+        for _ in 0..20_000 {
+            let len = rng.below(24) as usize;
+            let s: Vec<u8> = (0..len)
+                .map(|_| bytes[rng.below(bytes.len() as u64) as usize])
+                .collect();
+            let want = s
+                .iter()
+                .position(|&c| c == b'"' || c == b'\\' || c < 0x20 || c > 0x7f)
+                .filter(|&i| s[i] == b'"');
+            assert_eq!(super::plain_key_len(&s), want, "{s:?}");
+        }
+        assert_eq!(super::plain_key_len(b"completion_tokens\":1"), Some(17));
+        assert_eq!(super::plain_key_len(b"caf\xc3\xa9\""), None);
+    }
+
+    /// Scalars and arrays the scan lexes itself: where it answers, it answers as the full
+    /// scan; the plain shapes it answers; what JSON refuses it does not take.
+    #[test]
+    fn own_lexing_agrees_with_serde_json() {
+        let rid = "r1";
+        let frame = |meta_extra: &str, counts: &str| {
+            format!(
+                r#"{{"output_ids":[1,20,300],"meta_info":{{"id":"r1","finish_reason":null,{counts}{meta_extra}}},"x":[true,false,null,[1,"a\"b"],-0.5e+3]}}"#
+            )
+        };
+        let plain = [
+            (
+                r#","a":-0,"b":1.25,"c":2E-7,"d":true,"e":[[1,[2,[3,[4,[5]]]]]],"f":{"g":[1]}"#,
+                r#""prompt_tokens":3,"completion_tokens":0"#,
+            ),
+            ("", r#""prompt_tokens":4294967295,"cached_tokens":null"#),
+        ];
+        for (extra, counts) in plain {
+            let body = frame(extra, counts);
+            let mut memo = Memo::default();
+            assert!(
+                check(body.as_bytes(), rid, &mut memo, 0).is_some(),
+                "not taken: {body}"
+            );
+        }
+        let odd = [
+            (r#","a":01"#, r#""prompt_tokens":3"#),
+            (r#","a":-"#, r#""prompt_tokens":3"#),
+            (r#","a":1."#, r#""prompt_tokens":3"#),
+            (r#","a":1e"#, r#""prompt_tokens":3"#),
+            (r#","a":nul"#, r#""prompt_tokens":3"#),
+            (r#","a":[1,]"#, r#""prompt_tokens":3"#),
+            ("", r#""prompt_tokens":03"#),
+            ("", r#""prompt_tokens":4294967296"#),
+            ("", r#""prompt_tokens":3.0"#),
+            ("", r#""prompt_tokens":3e0"#),
+            ("", r#""prompt_tokens":-3"#),
+            ("", r#""prompt_tokens":"3""#),
+        ];
+        for (extra, counts) in odd {
+            let body = frame(extra, counts);
+            let mut memo = Memo::default();
+            // `check` asserts the full scan's answer wherever the fast scan answers.
+            let taken = check(body.as_bytes(), rid, &mut memo, 0).is_some();
+            assert_eq!(taken, relay::scan(body.as_bytes(), rid).is_some(), "{body}");
+        }
+        // An escaped id is not the dispatch id (as for the full scan).
+        let body = br#"{"output_ids":[1],"meta_info":{"id":"r\u0031","finish_reason":null}}"#;
+        assert!(scan(body, rid, &Memo::default(), 0).is_none());
+        assert!(relay::scan(body, rid).is_none());
     }
 
     proptest! {
