@@ -6,6 +6,8 @@
 //!
 //! [`GenerateFormat::framing`]: crate::GenerateFormat::framing
 
+use std::collections::VecDeque;
+
 use bytes::{BufMut, Bytes, BytesMut};
 use http::StatusCode;
 
@@ -64,6 +66,52 @@ impl Framing {
     }
 }
 
+impl Framing {
+    /// Frame `events` (drained) as [`Framing::frame_events`] does, as body chunks pushed to
+    /// `out` whose concatenation is `frame_events`'s one chunk: an event of at least `large`
+    /// bytes is pushed as it is, not copied (a relayed engine frame goes out from the engine's
+    /// own buffer), and the framing around it and every smaller event are copied into the
+    /// chunks between. Nothing is pushed for no events without `done`.
+    pub fn frame_events_into(
+        &self,
+        events: &mut Vec<Bytes>,
+        done: bool,
+        large: usize,
+        out: &mut VecDeque<Bytes>,
+    ) {
+        let copied: usize = events
+            .iter()
+            .map(|e| {
+                if e.len() >= large {
+                    self.event_len(0)
+                } else {
+                    self.event_len(e.len())
+                }
+            })
+            .sum::<usize>()
+            + if done { self.sse_done.len() } else { 0 };
+        let mut buf = BytesMut::with_capacity(copied);
+        for e in events.drain(..) {
+            buf.put_slice(self.sse_prefix);
+            if e.len() >= large {
+                if !buf.is_empty() {
+                    out.push_back(buf.split().freeze());
+                }
+                out.push_back(e);
+            } else {
+                buf.put_slice(&e);
+            }
+            buf.put_slice(self.sse_suffix);
+        }
+        if done {
+            buf.put_slice(self.sse_done);
+        }
+        if !buf.is_empty() {
+            out.push_back(buf.freeze());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,5 +153,32 @@ mod tests {
             &F.frame_events(&mut Vec::new(), true)[..],
             b"data: [DONE]\n\n"
         );
+    }
+
+    #[test]
+    fn large_events_go_out_uncopied_between_copied_framing() {
+        let big = Bytes::from(vec![b'x'; 10]);
+        for (done, large) in [(false, 10), (true, 10), (true, 1), (false, 100)] {
+            let events = vec![
+                Bytes::from_static(b"a"),
+                big.clone(),
+                Bytes::from_static(b"bb"),
+                big.clone(),
+            ];
+            let whole = F.frame_events(&mut events.clone(), done);
+            let mut drained = events.clone();
+            let mut out = VecDeque::new();
+            F.frame_events_into(&mut drained, done, large, &mut out);
+            assert!(drained.is_empty());
+            let joined: Vec<u8> = out.iter().flat_map(|c| c.iter().copied()).collect();
+            assert_eq!(joined, &whole[..], "done {done}, large {large}");
+            // Each large event is its own chunk, sharing the event's buffer.
+            let shared = out.iter().filter(|c| c.as_ptr() == big.as_ptr()).count();
+            assert_eq!(shared, if large <= 10 { 2 } else { 0 });
+            assert!(out.iter().all(|c| !c.is_empty()));
+        }
+        let mut out = VecDeque::new();
+        F.frame_events_into(&mut Vec::new(), false, 1, &mut out);
+        assert!(out.is_empty());
     }
 }

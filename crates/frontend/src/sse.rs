@@ -1,6 +1,7 @@
 //! SSE delivery: the response body of a streaming request. The bytes around each event and the
 //! stream's terminator are the format's ([`genfront_format::Framing`]).
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -15,10 +16,15 @@ use genfront_format::{Assembler, GenerateError, GenerateFormat};
 use crate::handler::{RequestGuard, Tagged};
 use crate::metrics::LimitMetrics;
 
-/// At most this many events are coalesced into one body chunk.
-const COALESCE_EVENTS: usize = 16;
+/// At most this many events are coalesced into one body chunk (one write to the client: hyper
+/// flushes once its write queue holds 32 KiB, so a chunk near that size is one write).
+const COALESCE_EVENTS: usize = 64;
 /// A body chunk stops coalescing once its events reach this many bytes.
 const COALESCE_BYTES: usize = 64 * 1024;
+/// An event of at least this many bytes (a large relayed engine frame, e.g. a cumulative frame
+/// with logprobs) goes to hyper as it is instead of being copied into the chunk; hyper writes
+/// the pieces of a chunk with one vectored write.
+const UNCOPIED_EVENT_BYTES: usize = 4 * 1024;
 
 /// The body of a streaming response. Polled by hyper only when the connection can take more, so
 /// a slow client backpressures the engine streams; dropping it (client gone) drops the engine
@@ -36,6 +42,8 @@ pub(crate) struct SseBody {
     assembler: Box<dyn Assembler>,
     format: Arc<dyn GenerateFormat>,
     events: Vec<Bytes>,
+    /// Pieces of the chunk last framed not handed to hyper yet (see [`UNCOPIED_EVENT_BYTES`]).
+    out: VecDeque<Bytes>,
     done: bool,
     guard: RequestGuard,
     /// Bytes of events produced so far (with the format's framing).
@@ -62,6 +70,7 @@ impl SseBody {
             assembler,
             format,
             events: Vec::new(),
+            out: VecDeque::new(),
             done: false,
             guard,
             sent: 0,
@@ -69,8 +78,16 @@ impl SseBody {
         }
     }
 
+    /// Frame the pending events (and the terminator when `done`): the chunk's first piece; the
+    /// others wait in `out`.
     fn frame(&mut self, done: bool) -> Bytes {
-        self.format.framing().frame_events(&mut self.events, done)
+        self.format.framing().frame_events_into(
+            &mut self.events,
+            done,
+            UNCOPIED_EVENT_BYTES,
+            &mut self.out,
+        );
+        self.out.pop_front().unwrap_or_default()
     }
 
     fn fail(&mut self, err: &GenerateError) -> Bytes {
@@ -109,6 +126,9 @@ impl SseBody {
     fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, Infallible>>> {
         let this = self;
         loop {
+            if let Some(piece) = this.out.pop_front() {
+                return Poll::Ready(Some(Ok(piece)));
+            }
             if this.done {
                 return Poll::Ready(None);
             }
