@@ -1,7 +1,9 @@
 //! Criterion micro-benchmarks of the per-request and per-token hot paths of both formats:
 //! parse + validate + project, SSE frame assembly per token, unary assembly with logprobs, and
 //! an SGLang unary answer and a cumulative SGLang stream on the typed path (decode → deltas →
-//! re-render) against the relay path (scan → the engine's bytes with the rid edited).
+//! re-render) against the relay path (scan → the engine's bytes with the rid edited), and that
+//! relay path from the engine's SSE bytes to the client's body chunks (`relay_wire`: splitter,
+//! scan, rid edit, framing).
 //!
 //! Run with `cargo bench -p genfront --bench hot_paths`. Numbers are per iteration; compare runs
 //! side by side on the same machine rather than reading absolute times.
@@ -311,6 +313,39 @@ fn stream_path(prepared: Prepared, frames: &[Vec<u8>], rid: &str, relay: bool) -
     bytes
 }
 
+/// The relay path of one cumulative SGLang stream from the wire to the client's body: the
+/// engine's SSE bytes in network-sized reads through the splitter, each frame scanned and
+/// relayed (rid edited), the events framed into body chunks as the SSE body frames them (large
+/// frames handed on uncopied). Returns the body bytes.
+fn wire_path(prepared: Prepared, wire: &[u8], rid: &str) -> usize {
+    use genfront_sglang::client::{DecodeConfig, FrameDecoder, Relay, SseSplitter};
+    let req = &prepared.subs[0].request;
+    let mut dec = FrameDecoder::new(DecodeConfig::for_request(req, 0, false, &[2], None));
+    let mut asm = prepared.assembler;
+    let framing = sglang(false).framing();
+    let mut splitter = SseSplitter::new();
+    let mut events = Vec::new();
+    let mut chunks = std::collections::VecDeque::new();
+    let mut bytes = 0;
+    for read in wire.chunks(16 * 1024) {
+        splitter.push(read);
+        while let Some(frame) = splitter.next_event().unwrap_or_else(|e| panic!("{e}")) {
+            if frame == b"[DONE]" {
+                continue;
+            }
+            let out = match dec.relay_frame(frame, rid) {
+                Relay::Output(o) => *o,
+                other => panic!("not relayed: {other:?}"),
+            };
+            asm.on_output(0, out, &mut events)
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        framing.frame_events_into(&mut events, false, 4096, &mut chunks);
+        bytes += chunks.drain(..).map(|c| c.len()).sum::<usize>();
+    }
+    bytes
+}
+
 fn bench_stream_relay(c: &mut Criterion) {
     let mut g = c.benchmark_group("sglang_cumulative_stream_256_tokens");
     g.throughput(Throughput::Elements(u64::from(TOKENS)));
@@ -329,6 +364,20 @@ fn bench_stream_relay(c: &mut Criterion) {
                 )
             });
         }
+        let mut wire = Vec::new();
+        for f in &frames {
+            wire.extend_from_slice(b"data: ");
+            wire.extend_from_slice(f);
+            wire.extend_from_slice(b"\n\n");
+        }
+        wire.extend_from_slice(b"data: [DONE]\n\n");
+        g.bench_function(format!("relay_wire{lp}"), |b| {
+            b.iter_batched(
+                || prepare(&*format, &body),
+                |p| black_box(wire_path(p, &wire, rid)),
+                BatchSize::SmallInput,
+            )
+        });
     }
     g.finish();
 }
