@@ -51,12 +51,20 @@ impl std::error::Error for EventTooLarge {}
 /// chunks. After an [`EventTooLarge`], the splitter must not be used any more.
 ///
 /// Each push reads the lines its chunk completes at once, straight from the chunk: a line's
-/// `data` value is copied once, into its event; only a chunk's unterminated last line is kept
-/// (copied) until a later chunk ends it.
+/// `data` value is copied once, into its event. A chunk's unterminated last line is kept until
+/// a later chunk ends it: a `data` line whose field name is complete goes on straight into its
+/// event (so a large frame split over many reads is still copied once), any other is kept as
+/// it is.
 #[derive(Debug)]
 pub struct SseSplitter {
-    /// The unterminated last line of the input so far (empty when the input ended on a line end).
+    /// The unterminated last line of the input so far (empty when the input ended on a line end
+    /// or the line is `open_data`).
     partial: Vec<u8>,
+    /// The unterminated last line is a `data` line whose value so far is already in `data`.
+    open_data: bool,
+    /// That line ended right after its colon so far: a space starting the next input is the
+    /// optional one after the colon, not part of the value.
+    space_pending: bool,
     /// The data lines of the event being read.
     data: Vec<u8>,
     /// Whether the event being read has a `data` field.
@@ -92,6 +100,8 @@ impl SseSplitter {
     pub fn with_limit(limit: usize) -> Self {
         Self {
             partial: Vec::new(),
+            open_data: false,
+            space_pending: false,
             data: Vec::new(),
             has_data: false,
             skip_lf: false,
@@ -120,7 +130,30 @@ impl SseSplitter {
                 rest = rest.get(1..).unwrap_or_default();
             }
         }
-        if !self.partial.is_empty() {
+        if self.space_pending
+            && let Some(&first) = rest.first()
+        {
+            self.space_pending = false;
+            if first == b' ' {
+                rest = rest.get(1..).unwrap_or_default();
+            }
+        }
+        if self.open_data {
+            // The open data line ends in this chunk, or grows by all of it.
+            let Some(t) = memchr::memchr2(b'\n', b'\r', rest) else {
+                self.data.extend_from_slice(rest);
+                self.check_open();
+                return;
+            };
+            self.data
+                .extend_from_slice(rest.get(..t).unwrap_or_default());
+            self.open_data = false;
+            rest = self.after_terminator(rest, t);
+            if self.data.len() > self.limit {
+                self.too_large = true;
+                return;
+            }
+        } else if !self.partial.is_empty() {
             // The kept line ends in this chunk, or grows by all of it.
             let Some(t) = memchr::memchr2(b'\n', b'\r', rest) else {
                 self.partial.extend_from_slice(rest);
@@ -147,7 +180,26 @@ impl SseSplitter {
                 return;
             }
         }
-        self.partial.extend_from_slice(rest);
+        if rest.is_empty() {
+            return;
+        }
+        if self.partial.is_empty()
+            && let Some(value) = rest.strip_prefix(b"data:")
+        {
+            // The field name is complete: the value goes on into the event.
+            if self.has_data {
+                self.data.push(b'\n');
+            }
+            self.data
+                .extend_from_slice(value.strip_prefix(b" ").unwrap_or(value));
+            self.has_data = true;
+            self.open_data = true;
+            // `data: ` split right after the colon: the optional space may start the next
+            // chunk; it is dropped there.
+            self.space_pending = value.is_empty();
+        } else {
+            self.partial.extend_from_slice(rest);
+        }
         self.check_open();
     }
 
@@ -178,8 +230,10 @@ impl SseSplitter {
             return Ok(Some(event));
         }
         // What is left is one unterminated line (a cut-off write), or nothing.
-        let cut_off = !self.partial.is_empty();
+        let cut_off = !self.partial.is_empty() || self.open_data;
         self.partial = Vec::new();
+        self.open_data = false;
+        self.space_pending = false;
         self.skip_lf = false;
         if cut_off {
             self.data.clear();

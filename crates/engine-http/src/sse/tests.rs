@@ -251,3 +251,22 @@ proptest! {
         prop_assert!(events.iter().all(|e| e.len() <= limit));
     }
 }
+
+/// Every cut of a stream into three reads (inside field names, right after a colon, inside
+/// `\r\n`, inside values) gives the events of the whole.
+#[test]
+fn every_three_way_split_gives_the_same_events() {
+    let body: &[u8] =
+        b"data: {\"a\":1}\n\ndata:x\r\ndata:  y\r\n\r: c\ndata\nid: 1\n\ndata: [DONE]\n\ndata: z";
+    let want = split(body, &[]);
+    assert_eq!(
+        texts(&want),
+        ["{\"a\":1}", "x\n y", "", "[DONE]"],
+        "the whole"
+    );
+    for i in 0..=body.len() {
+        for j in i..=body.len() {
+            assert_eq!(split(body, &[i, j]), want, "cuts at {i} and {j}");
+        }
+    }
+}
