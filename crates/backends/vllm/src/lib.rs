@@ -209,6 +209,7 @@ mod pyfmt;
 mod request;
 mod schema;
 mod validate;
+mod wide;
 
 use std::sync::Arc;
 
@@ -413,6 +414,15 @@ impl VllmFormat {
     }
 
     fn prepare_inner(&self, input: ParseInput<'_>) -> Result<Prepared, Rejection> {
+        // Starlette's `json.loads(body)` decodes bytes by `json.detect_encoding`: a UTF-8 BOM is
+        // skipped (`utf-8-sig`).
+        let input = ParseInput {
+            body: input
+                .body
+                .strip_prefix(b"\xEF\xBB\xBF")
+                .unwrap_or(input.body),
+            ..input
+        };
         // The body's fast path (prompt ids straight into `Vec<u32>`, no `Value` per id); a
         // request it refuses is re-run on the full path below for the exact native error.
         if let Some((map, ids)) = request::decode_fast(input.headers, input.body)
@@ -431,6 +441,8 @@ impl VllmFormat {
         map: serde_json::Map<String, serde_json::Value>,
         ids: Option<Vec<u32>>,
     ) -> Result<Prepared, Rejection> {
+        // Integer literals past 64 bits, exact, for this body's checks and messages.
+        let _wide = wide::WideScope::new(input.body, &map);
         let req = request::parse_with_ids(&map, ids)?;
         let resolved = validate::serve_checks(&req, input.engine, &self.loras)?;
         validate::engine_checks(&req, input.engine, &resolved).map_err(|error| Rejection {

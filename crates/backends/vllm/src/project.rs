@@ -184,7 +184,16 @@ pub(crate) fn project(
             sample_index: 0,
         },
         output: OutputOptions {
-            logprobs: logprob_mode.map(|m| u32::try_from(m.k).unwrap_or(u32::MAX)),
+            // With `logprob_token_ids` vLLM reports those ids, not the top k (`num_logprobs`,
+            // `sampling_params.py:888-895`): the engine request asks for no top logprobs and
+            // lists the ids (the protocol's convention, and what the output caps count).
+            logprobs: logprob_mode.map(|m| {
+                if m.selected {
+                    0
+                } else {
+                    u32::try_from(m.k).unwrap_or(u32::MAX)
+                }
+            }),
             prompt_logprobs: prompt_top_k.map(|top_k| PromptLogprobOptions {
                 start: s.prompt_logprob_start.map_or(0, clamp_u32),
                 top_k,

@@ -5,9 +5,9 @@
 //! with `'`. These helpers reproduce that text for JSON values; the primitives (float, string,
 //! number and list `repr`) are shared with the other formats in [`genfront_format::pyrepr`].
 
+pub(crate) use crate::wide::number_text as py_number;
 pub(crate) use genfront_format::pyrepr::{
-    float_repr as py_float, int_list_repr as py_int_list, number_repr as py_number,
-    str_repr as py_str,
+    float_repr as py_float, int_list_repr as py_int_list, str_repr as py_str,
 };
 use serde_json::{Map, Value};
 

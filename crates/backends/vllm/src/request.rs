@@ -226,13 +226,18 @@ pub(crate) struct Sampling {
     pub min_tokens: PyInt,
     pub logprobs: Option<PyInt>,
     pub prompt_logprobs: Option<PyInt>,
-    pub prompt_logprob_token_ids: bool,
+    /// `prompt_logprob_token_ids` when sent and not null: its shape and id range.
+    pub prompt_logprob_token_ids: Option<PromptIdsShape>,
     pub prompt_logprob_start: Option<PyInt>,
     pub logprob_token_ids: Option<Vec<PyInt>>,
     pub detokenize: bool,
     pub stream_interval: Option<PyInt>,
     pub bad_words: Vec<String>,
     pub thinking_token_budget: Option<PyInt>,
+    /// `trace_decode_token_ids` when sent and not null.
+    pub trace_decode_token_ids: Option<Vec<PyInt>>,
+    /// Whether `repetition_detection` is set (not null).
+    pub repetition_detection: bool,
     pub routed_experts_prompt_start: PyInt,
     pub logit_bias_ids: Vec<PyInt>,
     pub allowed_token_ids: Option<Vec<PyInt>>,
@@ -267,13 +272,15 @@ impl Default for Sampling {
             min_tokens: PyInt::new(0),
             logprobs: None,
             prompt_logprobs: None,
-            prompt_logprob_token_ids: false,
+            prompt_logprob_token_ids: None,
             prompt_logprob_start: None,
             logprob_token_ids: None,
             detokenize: true,
             stream_interval: None,
             bad_words: Vec::new(),
             thinking_token_budget: None,
+            trace_decode_token_ids: None,
+            repetition_detection: false,
             routed_experts_prompt_start: PyInt::new(0),
             logit_bias_ids: Vec::new(),
             allowed_token_ids: None,
@@ -283,6 +290,23 @@ impl Default for Sampling {
             repetition_error: None,
         }
     }
+}
+
+/// The shape and id range of `sampling_params.prompt_logprob_token_ids`, for the checks of
+/// `SamplingParams._validate_logprobs` (`sampling_params.py:983-1048`) and the input
+/// processor's row count (`v1/engine/input_processor.py:464-475`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct PromptIdsShape {
+    /// Number of rows.
+    pub rows: usize,
+    /// The longest row (`num_ids`).
+    pub width: usize,
+    /// Some row is shorter than `width` (numpy pads it with -1).
+    pub padded: bool,
+    /// Smallest and largest id sent (`None` when no row holds an id).
+    pub lo: Option<i128>,
+    /// See `lo`.
+    pub hi: Option<i128>,
 }
 
 /// The typed view of a `GenerateRequest` body.
@@ -473,6 +497,19 @@ pub(crate) fn parse_with_ids(
             let before = f.issues.len();
             let base = child(&f.base, "sampling_params");
             let mut sampling = parse_sampling(sp, base, f.issues);
+            // `StructuredOutputsParams.__post_init__` (field 30) raises `VLLMValidationError`
+            // while the field is built, when its own fields are valid: like the repetition
+            // error (field 39) it aborts the request, whatever pydantic had collected.
+            let so_issue = f.issues[before..].iter().any(|i| {
+                i.loc
+                    .iter()
+                    .skip_while(|l| **l != Loc::Key("sampling_params".into()))
+                    .nth(1)
+                    .is_some_and(|l| *l == Loc::Key("structured_outputs".into()))
+            });
+            if !so_issue && let Some(error) = validate::structured_outputs_refusal(&sampling) {
+                return Err(error);
+            }
             if let Some(message) = sampling.repetition_error {
                 return Err(crate::errors::bad_request(message));
             }
@@ -862,22 +899,35 @@ fn parse_sampling(sp: &Map<String, Value>, base: Vec<Loc>, issues: &mut Vec<Issu
         logprobs: f.opt("logprobs", int),
         prompt_logprobs: f.opt("prompt_logprobs", int),
         prompt_logprob_token_ids: match f.get("prompt_logprob_token_ids") {
-            None | Some(Value::Null) => false,
+            None | Some(Value::Null) => None,
             // `list[list[int]]` rows; an element that is not a JSON integer is `int_type`
             // (vLLM 0.33.0 reads it strictly: `1.5` is not `int_from_float`).
             Some(Value::Array(rows)) => {
                 let at = child(&f.base, "prompt_logprob_token_ids");
+                let mut shape = PromptIdsShape {
+                    rows: rows.len(),
+                    ..PromptIdsShape::default()
+                };
                 for (i, row) in rows.iter().enumerate() {
                     match row {
                         Value::Array(ids) => {
+                            shape.width = shape.width.max(ids.len());
                             for (j, id) in ids.iter().enumerate() {
-                                if !(id.is_i64() || id.is_u64()) {
-                                    f.issues.push(Issue::new(
+                                let exact = id
+                                    .as_i64()
+                                    .map(i128::from)
+                                    .or_else(|| id.as_u64().map(i128::from));
+                                match exact {
+                                    Some(x) => {
+                                        shape.lo = Some(shape.lo.map_or(x, |l| l.min(x)));
+                                        shape.hi = Some(shape.hi.map_or(x, |h| h.max(x)));
+                                    }
+                                    None => f.issues.push(Issue::new(
                                         "int_type",
                                         child(&child(&at, i), j),
                                         "Input should be a valid integer",
                                         id,
-                                    ));
+                                    )),
                                 }
                             }
                         }
@@ -889,7 +939,11 @@ fn parse_sampling(sp: &Map<String, Value>, base: Vec<Loc>, issues: &mut Vec<Issu
                         )),
                     }
                 }
-                true
+                // `make_ndarray_with_pad(ids, -1, …)` pads short rows with -1.
+                shape.padded = rows
+                    .iter()
+                    .any(|r| r.as_array().is_some_and(|ids| ids.len() < shape.width));
+                Some(shape)
             }
             Some(other) => {
                 f.fail(
@@ -897,7 +951,7 @@ fn parse_sampling(sp: &Map<String, Value>, base: Vec<Loc>, issues: &mut Vec<Issu
                     ("list_type", "Input should be a valid list"),
                     other,
                 );
-                false
+                None
             }
         },
         prompt_logprob_start: f.opt("prompt_logprob_start", int),
@@ -906,9 +960,14 @@ fn parse_sampling(sp: &Map<String, Value>, base: Vec<Loc>, issues: &mut Vec<Issu
         stream_interval: f.opt("stream_interval", int),
         bad_words: f.str_list("bad_words").unwrap_or_default(),
         thinking_token_budget: f.opt("thinking_token_budget", int),
-        routed_experts_prompt_start: f
-            .opt("routed_experts_prompt_start", int)
-            .unwrap_or(d.routed_experts_prompt_start),
+        trace_decode_token_ids: None,
+        repetition_detection: false,
+        // `routed_experts_prompt_start: int = 0` is not nullable (`sampling_params.py`).
+        routed_experts_prompt_start: f.req(
+            "routed_experts_prompt_start",
+            d.routed_experts_prompt_start,
+            int,
+        ),
         logit_bias_ids: parse_logit_bias(&mut f),
         allowed_token_ids: f.int_list("allowed_token_ids", true),
         overflow: false,
@@ -937,7 +996,8 @@ fn parse_sampling(sp: &Map<String, Value>, base: Vec<Loc>, issues: &mut Vec<Issu
     }
     f.req("skip_clone", false, to_bool);
     f.with("output_text_buffer_length", int);
-    f.int_list("trace_decode_token_ids", true);
+    s.trace_decode_token_ids = f.int_list("trace_decode_token_ids", true);
+    s.repetition_detection = f.get("repetition_detection").is_some_and(|v| !v.is_null());
     let repetition = parse_repetition_detection(&mut f);
     s.structured_outputs = f
         .opt_model(
@@ -976,9 +1036,13 @@ fn parse_sampling(sp: &Map<String, Value>, base: Vec<Loc>, issues: &mut Vec<Issu
         .and_then(Value::as_object)
         .is_some_and(|m| !m.is_empty() && has_overflow(&Value::Object(m.clone())));
     s.overflow = typed_ints.into_iter().any(|i| !i.fits_msgpack())
-        || sp
-            .iter()
-            .any(|(k, v)| !FLOAT_KEYS.contains(&k.as_str()) && has_overflow(v));
+        || sp.iter().any(|(k, v)| {
+            // Unknown and private keys are dropped before the msgpack round trip
+            // (`v1/serial_utils.py:539-546`), so their integers never reach it.
+            SAMPLING_FIELD_ORDER.contains(&k.as_str())
+                && !FLOAT_KEYS.contains(&k.as_str())
+                && has_overflow(v)
+        });
     s
 }
 
@@ -1095,10 +1159,9 @@ fn output_kind(v: &Value) -> Result<(), (&'static str, &'static str)> {
         Value::Number(n) if n.is_u64() => return Err(SIZE),
         Value::Number(n) => {
             let x = n.as_f64().unwrap_or(f64::NAN);
-            if x.is_finite()
-                && x.fract() == 0.0
-                && !((i64::MIN as f64) < x && x < (i64::MAX as f64))
-            {
+            // An integer literal past 64 bits is a Python int (`wide`); a float literal is
+            // compared with the members as it is (`1e+30` is `enum`).
+            if crate::wide::lookup(x).is_some() {
                 return Err(SIZE);
             }
             x == 0.0 || x == 1.0 || x == 2.0
@@ -1232,15 +1295,16 @@ fn parse_logit_bias(f: &mut Fields<'_, '_>) -> Vec<PyInt> {
 /// JSON integers past `u64` arrive as floats; an integral float that large is taken for one.
 fn has_overflow(v: &Value) -> bool {
     match v {
+        // Only an integer literal past 64 bits (a Python int) overflows msgpack; a float
+        // literal, however large, is a msgpack float (`wide`).
         Value::Number(n) => {
             n.as_i64().is_none()
                 && n.as_u64().is_none()
-                && n.as_f64().is_some_and(|x| {
-                    x.is_finite()
-                        && x.fract() == 0.0
-                        && !(-9_223_372_036_854_775_808.0..18_446_744_073_709_551_616.0)
-                            .contains(&x)
-                })
+                && n.as_f64()
+                    .and_then(crate::wide::lookup)
+                    .is_some_and(|exact| {
+                        exact.is_none_or(|i| !(-(1i128 << 63)..=(1i128 << 64) - 1).contains(&i))
+                    })
         }
         Value::Array(items) => items.iter().any(has_overflow),
         Value::Object(m) => m.values().any(has_overflow),

@@ -339,7 +339,16 @@ pub(crate) fn to_int(v: &Value) -> Result<PyInt, Fail> {
             } else if let Some(u) = n.as_u64() {
                 Ok(PyInt::new(i128::from(u)))
             } else {
-                float_to_int(n.as_f64().unwrap_or(f64::NAN))
+                let x = n.as_f64().unwrap_or(f64::NAN);
+                match crate::wide::lookup(x) {
+                    // An integer literal past 64 bits: a Python int, exact.
+                    Some(Some(exact)) => Ok(PyInt::new(exact)),
+                    Some(None) => Ok(PyInt {
+                        value: if x > 0.0 { i128::MAX } else { i128::MIN },
+                        huge: Some(x),
+                    }),
+                    None => float_to_int(x),
+                }
             }
         }
         Value::Bool(b) => Ok(PyInt::new(i128::from(*b))),
@@ -363,13 +372,14 @@ fn float_to_int(x: f64) -> Result<PyInt, Fail> {
             "Input should be a valid integer, got a number with a fractional part",
         ));
     }
-    if x.abs() < 1.0e38 {
+    // pydantic-core `float_as_int`: a float takes an int's place only strictly inside `i64`.
+    if (i64::MIN as f64) < x && x < (i64::MAX as f64) {
         Ok(PyInt::new(x as i128))
     } else {
-        Ok(PyInt {
-            value: if x > 0.0 { i128::MAX } else { i128::MIN },
-            huge: Some(x),
-        })
+        Err((
+            "int_parsing_size",
+            "Unable to parse input string as an integer, exceeded maximum size",
+        ))
     }
 }
 

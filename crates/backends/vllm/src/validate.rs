@@ -8,10 +8,12 @@
 //! 3. in the engine's input processor, on the generator's first step ([`engine_checks`]); for a
 //!    streaming request vLLM reports these inside the 200 SSE stream.
 //!
-//! # vLLM 0.33.0 rules checked against the wheel (issue 12)
+//! # Parity: vLLM 0.33.0 rules checked against the wheel (issue 12)
 //!
-//! Compared body by body with the validation-oracle tool; where `../shared/spec` says otherwise,
-//! these win:
+//! Compared body by body with the validation-oracle tool (`../shared/tools/validation-oracle`,
+//! vLLM's own route, schemas and input processor); where `../shared/spec` says otherwise, these
+//! win. Paths are in the `vllm` package of the 0.33.0 wheel; each rule has a unit test in
+//! `tests/validation.rs`.
 //! - pydantic's lax `bool` reads a number as an `i64` first (pydantic-core `float_as_int`): `0.5`,
 //!   `inf`, anything past the `i64` range is `bool_type`, `2` / `2.0` `bool_parsing`; strings are
 //!   not stripped (`' t '` is refused) (`schema::to_bool`).
@@ -19,33 +21,77 @@
 //!   `model_attributes_type` (FastAPI validates with `from_attributes`); `structured_outputs` is
 //!   the `dataclass_type` of `StructuredOutputsParams`; a JSON `null` body is `missing`.
 //! - The structured-outputs refusals print `StructuredOutputsParams.__dict__` — every field with
-//!   its default and the non-init `_backend` pair (`sampling_params.py:102-140`).
+//!   its default and the non-init `_backend` pair (`sampling_params.py:102-140`); raised while
+//!   the field is built, they abort validation ahead of any other field's type error.
 //! - `stop` lists with a bad item fail both union members, the `str` one first;
 //!   `prompt_logprob_token_ids` rows and ids and `content_parts` items are typed per element;
-//!   `output_kind` past `i64` is `int_parsing_size`.
-//! - `routed_experts_prompt_start` must lie in `[0, prompt_len]`
+//!   `output_kind` past `i64` is `int_parsing_size` for an integer literal, `enum` for a float.
+//! - Integers keep full precision (`wide.rs`): Python's `json` keeps integer literals exact, so
+//!   `-9223372036854775809` is past msgpack's range ("can't serialize ints …",
+//!   `token_in_token_out/serving.py:262-270`) and is printed with its digits; a *float* literal
+//!   in an `int` field is refused past `i64` (`int_parsing_size`, pydantic-core `float_as_int`,
+//!   `1e+30` included). Unknown and private (`_…`) sampling keys are dropped before the msgpack
+//!   round trip, so their integers never overflow (`v1/serial_utils.py:539-546`); floats never
+//!   do (`_verify_extra_args`, `sampling_params.py:749-767`, checks ints only).
+//! - `routed_experts_prompt_start` is a non-nullable `int` and must lie in `[0, prompt_len]`
 //!   (`v1/engine/input_processor.py:455-462`).
+//! - `prompt_logprob_start` requires `prompt_logprob_token_ids` and is non-negative with them;
+//!   the ids must be a non-empty `[rows, ids]` array with at most `max_model_len - 1` rows,
+//!   `max_logprobs` ids per row and in-vocabulary ids (a short row pads with -1)
+//!   (`sampling_params.py:983-1048`); the rows must number `prompt_len - 1 - start`
+//!   (`input_processor.py:464-475`); with `stream: true` they are refused
+//!   (`serving.py:217-221`).
+//! - `SamplingParams.verify` runs in its order (`sampling_params.py:904-920`): logprobs, logit
+//!   bias, trace replay, stop ids, allowed ids; then the server-flag gates
+//!   (`input_processor.py:203-220`): `thinking_token_budget` without a reasoning config and a
+//!   non-empty `trace_decode_token_ids` without `--enable-trace-replay`, applied only where
+//!   [`EngineInfo::features`] knows the flag (`None`: left to the engine). A
+//!   `thinking_token_budget` of `-1` is no budget (`validate_thinking_token_budget`,
+//!   `sampling_params.py:65-85`) and meets no gate.
+//! - `stream_options` without `stream: true` is admitted (only vLLM's Rust frontend refuses it).
+//! - `logprob_token_ids` ask for those ids' logprobs, not a top k (`num_logprobs`,
+//!   `sampling_params.py:888-895`): the engine request asks for none (`logprobs: 0` plus the
+//!   listed ids), so 128 ids are not a top-128 request for the output caps.
+//! - A request without `max_tokens` whose prompt exceeds the context is refused by
+//!   `get_max_tokens` before the engine ("Input length (N) exceeds model's maximum context
+//!   length (M).", `entrypoints/serve/utils/api_utils.py:246-250`, run by `serving.py:352-359`);
+//!   with one, the input processor's prompt-length messages answer (`input_processor.py:557-602`).
+//! - An explicit `max_tokens` past the context is admitted: the input processor only fills an
+//!   unset one (`input_processor.py:476-487`) and the scheduler stops the request at
+//!   `max_model_len` with `finish_reason: "length"` (`v1/core/sched/utils.py:114-119`). The engine
+//!   request carries the room left (`min(max_tokens, context - prompt_len)`), which the mocker
+//!   runs to the same `length` finish; `min_tokens` is still checked against the value sent.
+//! - A UTF-8 BOM before the body is skipped (Starlette's `json.loads(bytes)` detects
+//!   `utf-8-sig`).
 //!
-//! # Deliberate deviations and known gaps (vLLM 0.33.0)
+//! # Deliberate deviations (vLLM 0.33.0 answers 5xx or crashes)
 //!
-//! - An explicit `max_tokens` past the context is refused (`prompt_too_long`, the bound of vLLM
-//!   PR #54175): the 0.33.0 wheel admits it (`input_processor.py:476-487` only fills an unset
-//!   one) and its server does not survive unbounded values (fixture
-//!   `test_generate_rejects_unbounded_max_tokens`).
-//! - `stream_options` without `stream`, and `prompt_logprobs` / `prompt_logprob_token_ids` with
-//!   `stream: true`, are refused as vLLM's Rust frontend refuses them; the Python server admits
-//!   them.
-//! - Structured outputs on a tokens-only engine are forwarded (the mocker ignores constraints;
-//!   a real `--skip-tokenizer-init` vLLM answers its own 400, `sampling_params.py:1242-1245`).
-//! - Checks that depend on server flags genfront does not know are left to the engine:
-//!   `thinking_token_budget` (reasoning config, `input_processor.py:204-211`),
-//!   `trace_decode_token_ids` (`--enable-trace-replay`).
-//! - Known gap: `prompt_logprob_start` without `prompt_logprob_token_ids` is admitted (genfront
-//!   reads it as the start of `prompt_logprobs`); 0.33.0 refuses it
-//!   (`sampling_params.py:1043-1048`). Changing it needs the engine clients' projection.
-//! - Integers past the 64-bit range reach genfront as floats (serde_json without arbitrary
-//!   precision; vLLM's `json` keeps Python ints): their digits in messages are the float's, and
-//!   `1e30` is judged like the literal `1000000000000000000000000000000`.
+//! - `prompt_len + max_tokens` past `2**31 - 1` is refused (400, the decoder-prompt message with
+//!   the requested count): the 0.33.0 wheel admits it, then the V2 model runner stores it in an
+//!   int32 `max_seq_len` (`v1/worker/gpu/states.py:73,104`), which overflows and kills the engine
+//!   core (the bound of vllm PR #54175; fixture `test_generate_rejects_unbounded_max_tokens`).
+//!   The oracle, which stops before the runner, counts these as "engine accepts".
+//! - `_validate_trace_replay`'s plain `ValueError`s (`trace_decode_token_ids` empty, negative,
+//!   with `n > 1`, `prompt_logprobs`, structured outputs, …, `sampling_params.py:1104-1138`)
+//!   are HTTP 500s from vLLM (an SSE error event without a message when streaming); genfront
+//!   answers 400 with the same text.
+//!
+//! # Known gaps
+//!
+//! - `prompt_logprobs` with `stream: true` is refused as vLLM's Rust frontend refuses it
+//!   (fixture 11, `rust/src/server/src/routes/inference/generate/validate.rs`); the 0.33.0
+//!   Python server admits it and streams no prompt logprobs. Following the wheel needs
+//!   `crates/genfront/tests/vllm_e2e.rs` to stop expecting fixture 11's 400.
+//! - Structured outputs on a tokens-only engine ([`EngineInfo::tokenizer`] `Some(false)`, the
+//!   mocker) are forwarded; vLLM refuses them ("Structured outputs requires a tokenizer so it
+//!   can't be used with 'skip_tokenizer_init'", `sampling_params.py:1242-1245`). Applying the
+//!   rule needs `crates/genfront/tests/schema_keys.rs` to expect that refusal on the mocker.
+//! - Python's `json` reads `NaN`, `Infinity`, `-Infinity` and `1e999` (as `inf`); serde_json
+//!   refuses them, so genfront answers `json_invalid` where vLLM reports the field's own check.
+//!   A body that is not UTF-8 is vLLM's `{"detail": "There was an error parsing the body"}`,
+//!   genfront's `json_invalid`.
+//! - A body holding the same `f64` both as an integer literal past 64 bits and as a float
+//!   literal reads both as the integer (`wide.rs`).
 
 use genfront_format::GenerateError;
 use genfront_protocol::EngineInfo;
@@ -56,6 +102,9 @@ use crate::pyfmt::{py_int_list, py_str};
 use crate::request::{GenerateRequest, Sampling};
 use crate::schema::{PyInt, float_text};
 
+/// The largest `prompt_len + max_tokens` the V2 model runner's int32 `max_seq_len` holds
+/// (`v1/worker/gpu/states.py:73,104`).
+pub const MAX_SEQ_LEN: i128 = i32::MAX as i128;
 /// `VLLM_MAX_N_SEQUENCES` default.
 pub const MAX_N_SEQUENCES: i128 = 16_384;
 /// `MAX_LOGPROB_TOKEN_IDS`.
@@ -99,30 +148,39 @@ pub(crate) fn cache_salt(v: &Value) -> Result<(), GenerateError> {
     Ok(())
 }
 
+/// `StructuredOutputsParams.__post_init__` (`sampling_params.py:102-140`): exactly one kind of
+/// constraint.
+pub(crate) fn structured_outputs_refusal(s: &Sampling) -> Option<GenerateError> {
+    match &s.structured_outputs {
+        Some((0, repr)) => Some(bad_request(format!(
+            "You must use one kind of structured outputs constraint but none are specified: {repr}"
+        ))),
+        Some((kinds, repr)) if *kinds > 1 => Some(bad_request(format!(
+            "You can only use one kind of structured outputs constraint but multiple are specified: {repr}"
+        ))),
+        _ => None,
+    }
+}
+
 /// `SamplingParams.__post_init__`: normalisation, `_verify_args` and the greedy check.
 ///
 /// # Errors
 /// The `VLLMValidationError` vLLM raises (400 `BadRequestError`).
 pub(crate) fn post_init(s: &mut Sampling) -> Result<(), GenerateError> {
     // `StructuredOutputsParams.__post_init__` runs first, while its field is built.
-    match &s.structured_outputs {
-        Some((0, repr)) => {
-            return Err(bad_request(format!(
-                "You must use one kind of structured outputs constraint but none are specified: {repr}"
-            )));
-        }
-        Some((kinds, repr)) if *kinds > 1 => {
-            return Err(bad_request(format!(
-                "You can only use one kind of structured outputs constraint but multiple are specified: {repr}"
-            )));
-        }
-        _ => {}
+    if let Some(error) = structured_outputs_refusal(s) {
+        return Err(error);
     }
     if 0.0 < s.temperature && s.temperature < MIN_TEMPERATURE {
         s.temperature = MIN_TEMPERATURE;
     }
     if s.seed.is_some_and(|x| x.get() == -1) {
         s.seed = None;
+    }
+    // `validate_thinking_token_budget` (`sampling_params.py:65-85`): -1 means unlimited and
+    // becomes `None`, so it meets no reasoning-config gate.
+    if s.thinking_token_budget.is_some_and(|b| b.get() == -1) {
+        s.thinking_token_budget = None;
     }
     if let Some(b) = s.thinking_token_budget
         && b.get() < -1
@@ -381,12 +439,9 @@ pub(crate) fn serve_checks(
         }
     };
     let s = &r.sampling;
-    if r.stream_options.is_some() && !r.stream {
-        return Err(GenerateError::Validation {
-            message: "stream_options are only supported when stream=true.".to_owned(),
-            param: Some("stream_options".to_owned()),
-        });
-    }
+    // vLLM 0.33.0's Python route admits `stream_options` without `stream`, and so does genfront;
+    // it admits `prompt_logprobs` with `stream: true` too, which genfront still refuses as vLLM's
+    // Rust frontend does (a known gap, see the module docs).
     if r.stream && s.prompt_logprobs.is_some() {
         return Err(GenerateError::Validation {
             message: "`prompt_logprobs` are not available when `stream=true`.".to_owned(),
@@ -401,7 +456,8 @@ pub(crate) fn serve_checks(
             s.n
         )));
     }
-    if r.stream && s.prompt_logprob_token_ids {
+    // `serve_tokens` (`token_in_token_out/serving.py:217-221`).
+    if r.stream && s.prompt_logprob_token_ids.is_some() {
         return Err(bad_request(
             "prompt_logprob_token_ids are not available when stream=true.",
         ));
@@ -444,12 +500,35 @@ pub(crate) fn serve_checks(
         )));
     }
     let prompt_len = r.token_ids.len() as i128;
+    // `get_max_tokens` (`entrypoints/serve/utils/api_utils.py:234-251`), which `serve_tokens`
+    // runs for a request without `max_tokens` (`token_in_token_out/serving.py:352-359`).
+    if !s.max_tokens_provided
+        && let Some(context) = engine.context_limit().map(i128::from)
+        && prompt_len > context
+    {
+        return Err(bad_request(format!(
+            "Input length ({prompt_len}) exceeds model's maximum context length ({context})."
+        )));
+    }
+    let explicit = s.max_tokens.filter(|_| s.max_tokens_provided);
+    // An explicit `max_tokens` past the context is admitted (the engine stops at
+    // `max_model_len` with `finish_reason: "length"`, `v1/core/sched/utils.py:114-119`), except
+    // where `prompt_len + max_tokens` overflows the V2 runner's int32 `max_seq_len`
+    // (`v1/worker/gpu/states.py:73,104`): that crashes the engine core (a deliberate deviation).
+    if let Some(m) = explicit
+        && prompt_len + m.get() > MAX_SEQ_LEN
+    {
+        let context = engine.context_limit().map_or(MAX_SEQ_LEN, i128::from);
+        return Err(prompt_too_long(prompt_len, context, Some(m)));
+    }
     let max_tokens = match engine.context_limit().map(i128::from) {
-        Some(context) => match s.max_tokens.filter(|_| s.max_tokens_provided) {
-            Some(m) if prompt_len + m.get() > context => {
-                return Err(prompt_too_long(prompt_len, context, Some(m)));
+        // The engine runs an explicit `max_tokens` only to the context (`check_stop`), so the
+        // budget genfront carries (and its output caps count) is the room left.
+        Some(context) => match explicit {
+            Some(m) if prompt_len < context => {
+                u32::try_from(m.get().min(context - prompt_len)).ok()
             }
-            Some(m) => u32::try_from(m.get()).ok(),
+            Some(_) => None,
             None if prompt_len < context => u32::try_from(context - prompt_len).ok(),
             None => None,
         },
@@ -490,7 +569,11 @@ fn prompt_too_long(prompt_len: i128, context: i128, max_tokens: Option<PyInt>) -
     }
 }
 
-/// `SamplingParams.verify()` and the prompt-length check of the engine's input processor.
+/// The engine's input processor, in its order (`v1/engine/input_processor.py:138-222,389-488`):
+/// `SamplingParams.verify()` (`sampling_params.py:904-920`: logprobs, logit bias, trace replay,
+/// stop ids, allowed ids, structured outputs), the server-flag gates (`thinking_token_budget`,
+/// `trace_decode_token_ids`) where the flag is known, the prompt length, then the per-prompt
+/// checks (`routed_experts_prompt_start`, the `prompt_logprob_token_ids` row count).
 ///
 /// # Errors
 /// vLLM's 400 errors; for a streaming request vLLM sends them as an SSE error event.
@@ -501,6 +584,97 @@ pub(crate) fn engine_checks(
 ) -> Result<(), GenerateError> {
     let s = &r.sampling;
     let vocab = vocab_bound(engine);
+    logprob_checks(s, engine, vocab)?;
+    oov_check(&s.logit_bias_ids, vocab, "logit_bias")?;
+    trace_replay_checks(s, vocab)?;
+    oov_check(&s.stop_token_ids, vocab, "stop_token_ids")?;
+    if let Some(allowed) = &s.allowed_token_ids {
+        if allowed.is_empty() {
+            return Err(validation(
+                "allowed_token_ids is not None and empty!",
+                Some("allowed_token_ids"),
+                Some("[]".to_owned()),
+            ));
+        }
+        let invalid: Vec<PyInt> = allowed
+            .iter()
+            .copied()
+            .filter(|t| t.get() < 0 || t.get() >= vocab)
+            .collect();
+        if !invalid.is_empty() {
+            return Err(validation(
+                "allowed_token_ids contains out-of-vocab token id!",
+                Some("allowed_token_ids"),
+                Some(py_int_list(&invalid)),
+            ));
+        }
+    }
+    // `_validate_structured_outputs` (`sampling_params.py:1242-1245`) refuses a constraint on a
+    // tokens-only engine; genfront forwards it (a known deviation, see the module docs).
+    // The server-flag gates (`input_processor.py:203-220`), only where the flag is known.
+    if s.thinking_token_budget.is_some() && engine.features.reasoning == Some(false) {
+        return Err(bad_request(THINKING_BUDGET_NEEDS_REASONING));
+    }
+    if s.trace_decode_token_ids
+        .as_ref()
+        .is_some_and(|t| !t.is_empty())
+        && engine.features.trace_replay == Some(false)
+    {
+        return Err(bad_request(TRACE_REPLAY_NOT_ENABLED));
+    }
+    // `_validate_prompt_len` (`input_processor.py:557-602`).
+    let prompt_len = r.token_ids.len() as i128;
+    if let Some(context) = engine.context_limit().map(i128::from)
+        && prompt_len >= context
+    {
+        return Err(prompt_too_long(prompt_len, context, None));
+    }
+    // The per-prompt checks (`input_processor.py:455-475`).
+    let start = s.routed_experts_prompt_start;
+    if !(0..=prompt_len).contains(&start.get()) {
+        return Err(validation(
+            format!(
+                "routed_experts_prompt_start must be between 0 and the prompt length ({prompt_len}), inclusive."
+            ),
+            Some("routed_experts_prompt_start"),
+            Some(start.to_string()),
+        ));
+    }
+    if let Some(shape) = &s.prompt_logprob_token_ids {
+        let start = s.prompt_logprob_start.map_or(0, PyInt::get);
+        let num_rows = (prompt_len - 1 - start).max(0);
+        if shape.rows as i128 != num_rows {
+            return Err(validation(
+                format!(
+                    "prompt_logprob_token_ids has {} rows, but the prompt has {num_rows} scored rows (prompt_len - 1 - prompt_logprob_start).",
+                    shape.rows
+                ),
+                Some("prompt_logprob_token_ids"),
+                Some(shape.rows.to_string()),
+            ));
+        }
+    }
+    if resolved.max_tokens.is_none()
+        && let Some(context) = engine.context_limit()
+    {
+        return Err(prompt_too_long(
+            r.token_ids.len() as i128,
+            i128::from(context),
+            None,
+        ));
+    }
+    Ok(())
+}
+
+/// vLLM's refusal of `thinking_token_budget` without a reasoning config
+/// (`v1/engine/input_processor.py:203-211`).
+pub const THINKING_BUDGET_NEEDS_REASONING: &str = "thinking_token_budget is set but reasoning_config is not configured. Please set --reasoning-parser and/or --reasoning-config to use thinking_token_budget.";
+/// vLLM's refusal of `trace_decode_token_ids` without `--enable-trace-replay`
+/// (`v1/engine/input_processor.py:212-220`).
+pub const TRACE_REPLAY_NOT_ENABLED: &str = "trace_decode_token_ids is set but trace replay is not enabled. Start the engine with --enable-trace-replay to use it.";
+
+/// `SamplingParams._validate_logprobs` (`sampling_params.py:922-1048`).
+fn logprob_checks(s: &Sampling, engine: &EngineInfo, vocab: i128) -> Result<(), GenerateError> {
     // `-1` asks for the whole vocabulary; with the vocabulary or the cap unknown, the engine
     // checks the count.
     let over_cap = |k: PyInt| -> Option<(i128, i128)> {
@@ -558,51 +732,125 @@ pub(crate) fn engine_checks(
             Some(num.to_string()),
         ));
     }
-    oov_check(&s.logit_bias_ids, vocab, "logit_bias")?;
-    if let Some(allowed) = &s.allowed_token_ids {
-        if allowed.is_empty() {
+    let param = Some("prompt_logprob_token_ids");
+    if let Some(shape) = &s.prompt_logprob_token_ids {
+        if shape.rows == 0 || shape.width == 0 {
             return Err(validation(
-                "allowed_token_ids is not None and empty!",
-                Some("allowed_token_ids"),
-                Some("[]".to_owned()),
+                "prompt_logprob_token_ids must be a non-empty integer array of shape [num_rows, num_ids].",
+                param,
+                Some("list".to_owned()),
             ));
         }
-        let invalid: Vec<PyInt> = allowed
-            .iter()
-            .copied()
-            .filter(|t| t.get() < 0 || t.get() >= vocab)
-            .collect();
-        if !invalid.is_empty() {
+        if let Some(context) = engine.context_limit() {
+            let max_rows = i128::from(context) - 1;
+            if shape.rows as i128 > max_rows {
+                return Err(validation(
+                    format!(
+                        "prompt_logprob_token_ids has {} rows, but a prompt has at most {max_rows} scored rows (max_model_len - 1).",
+                        shape.rows
+                    ),
+                    param,
+                    Some(shape.rows.to_string()),
+                ));
+            }
+        }
+        if let Some(cap) = engine.max_logprobs
+            && shape.width as i128 > i128::from(cap)
+        {
+            let num_ids = shape.width;
             return Err(validation(
-                "allowed_token_ids contains out-of-vocab token id!",
-                Some("allowed_token_ids"),
-                Some(py_int_list(&invalid)),
+                format!(
+                    "Requested {num_ids} token ids per row in prompt_logprob_token_ids, which is greater than max allowed: {cap}. Set max_logprobs (--max-logprobs) to at least {num_ids}."
+                ),
+                param,
+                Some(num_ids.to_string()),
             ));
         }
-    }
-    oov_check(&s.stop_token_ids, vocab, "stop_token_ids")?;
-    // The input processor (`v1/engine/input_processor.py:455-462`).
-    let prompt_len = r.token_ids.len() as i128;
-    let start = s.routed_experts_prompt_start;
-    if !(0..=prompt_len).contains(&start.get()) {
+        let (lo, hi) = (shape.lo.unwrap_or(-1), shape.hi.unwrap_or(-1));
+        // `make_ndarray_with_pad(…, np.int64)` overflows past the int64 range.
+        if lo < i128::from(i64::MIN) || hi > i128::from(i64::MAX) {
+            return Err(validation(
+                "prompt_logprob_token_ids must contain integer token ids.",
+                param,
+                None,
+            ));
+        }
+        let lo = if shape.padded { lo.min(-1) } else { lo };
+        let hi = if shape.padded { hi.max(-1) } else { hi };
+        if lo < -1 || hi >= vocab {
+            return Err(validation(
+                format!(
+                    "prompt_logprob_token_ids contain out-of-vocab token ids (-1 pads a row). Vocabulary size: {}",
+                    vocab_text(vocab)
+                ),
+                param,
+                Some(format!("[{lo}, {hi}]")),
+            ));
+        }
+        if let Some(start) = s.prompt_logprob_start
+            && start.get() < 0
+        {
+            return Err(validation(
+                "prompt_logprob_start must be non-negative.",
+                Some("prompt_logprob_start"),
+                Some(start.to_string()),
+            ));
+        }
+    } else if let Some(start) = s.prompt_logprob_start {
         return Err(validation(
-            format!(
-                "routed_experts_prompt_start must be between 0 and the prompt length ({prompt_len}), inclusive."
-            ),
-            Some("routed_experts_prompt_start"),
+            "prompt_logprob_start requires prompt_logprob_token_ids.",
+            Some("prompt_logprob_start"),
             Some(start.to_string()),
         ));
     }
-    if resolved.max_tokens.is_none()
-        && let Some(context) = engine.context_limit()
-    {
-        return Err(prompt_too_long(
-            r.token_ids.len() as i128,
-            i128::from(context),
-            None,
-        ));
-    }
     Ok(())
+}
+
+/// `SamplingParams._validate_trace_replay` (`sampling_params.py:1095-1152`). Its plain
+/// `ValueError`s are HTTP 500s from vLLM 0.33.0 (not a `VLLMValidationError`); genfront answers
+/// them 400 with the same text (a deliberate deviation).
+fn trace_replay_checks(s: &Sampling, vocab: i128) -> Result<(), GenerateError> {
+    let Some(ids) = &s.trace_decode_token_ids else {
+        return Ok(());
+    };
+    let refuse = |m: &str| Err(bad_request(m));
+    if ids.is_empty() {
+        return refuse("trace_decode_token_ids must be a non-empty list.");
+    }
+    if s.n.get() != 1 {
+        return refuse("trace_decode_token_ids requires n=1.");
+    }
+    if ids.iter().any(|t| t.get() < 0) {
+        return refuse("trace_decode_token_ids must contain non-negative integers.");
+    }
+    if s.prompt_logprobs.is_some() {
+        return refuse("trace_decode_token_ids is not supported with prompt_logprobs.");
+    }
+    if s.prompt_logprob_token_ids.is_some() {
+        return refuse("trace_decode_token_ids is not supported with prompt_logprob_token_ids.");
+    }
+    if s.structured_outputs.is_some() {
+        return refuse("trace_decode_token_ids is not supported with structured outputs.");
+    }
+    if s.repetition_detection {
+        return refuse("trace_decode_token_ids is not supported with repetition_detection.");
+    }
+    if s.thinking_token_budget.is_some() {
+        return refuse("trace_decode_token_ids is not supported with thinking_token_budget.");
+    }
+    if !s.bad_words.is_empty() {
+        return refuse("trace_decode_token_ids is not supported with bad_words.");
+    }
+    oov_check(ids, vocab, "trace_decode_token_ids")
+}
+
+/// The vocabulary size as messages print it.
+fn vocab_text(vocab: i128) -> String {
+    if vocab > i128::from(u32::MAX) {
+        "unknown".to_owned()
+    } else {
+        vocab.to_string()
+    }
 }
 
 /// The exclusive upper bound of a valid token id: the vocabulary size, or `u32::MAX + 1` (the
@@ -626,11 +874,7 @@ fn oov_check(ids: &[PyInt], vocab: i128, name: &str) -> Result<(), GenerateError
     Err(validation(
         format!(
             "token_id(s) {list} in {name} contain out-of-vocab token ids. Vocabulary size: {}",
-            if vocab > i128::from(u32::MAX) {
-                "unknown".to_owned()
-            } else {
-                vocab.to_string()
-            }
+            vocab_text(vocab)
         ),
         Some(name),
         Some(list),

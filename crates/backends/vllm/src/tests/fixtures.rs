@@ -278,7 +278,8 @@ fn dynamo_request_full() {
     assert_eq!(r.stop.max_tokens, Some(8));
     assert_eq!(r.stop.min_tokens, 1);
     assert_eq!(r.stop.stop_token_ids, vec![99]);
-    assert_eq!(r.output.logprobs, Some(2));
+    // `logprobs: 2` with two `logprob_token_ids`: the listed ids, no top k.
+    assert_eq!(r.output.logprobs, Some(0));
     assert_eq!(r.output.token_ids_logprobs, vec![7, 8]);
     assert_eq!(r.output.routed_experts_start, 3);
     assert_eq!(r.routing.priority, Some(-3));

@@ -52,6 +52,17 @@ fn structured_outputs_need_exactly_one_constraint() {
         ))
         .is_ok()
     );
+    // The constraint error aborts validation (`StructuredOutputsParams.__post_init__` raises
+    // while the field is built), ahead of a later field's type error.
+    assert_bad_request(
+        &with_sampling(json!({"trace_decode_token_ids": 20, "structured_outputs": {}})),
+        "You must use one kind of structured outputs constraint but none are specified: {'json': None, 'regex': None, 'choice': None, 'grammar': None, 'json_object': None, 'disable_any_whitespace': False, 'disable_additional_properties': False, 'whitespace_pattern': None, 'structural_tag': None, '_backend': None, '_backend_was_auto': False}",
+        None,
+    );
+    // A well-formed constraint is forwarded whatever the engine's tokenizer (a known
+    // deviation: vLLM refuses it on a tokens-only engine, `sampling_params.py:1242-1245`).
+    let body = with_sampling(json!({"structured_outputs": {"regex": "a+"}}));
+    assert!(prepare(&body).is_ok());
 }
 
 /// vLLM's input processor bounds `routed_experts_prompt_start` by the prompt
@@ -172,15 +183,30 @@ fn max_and_min_tokens() {
     );
 }
 
+/// vLLM 0.33.0 does not bound an explicit `max_tokens` by the context (the input processor only
+/// fills an unset one, `v1/engine/input_processor.py:476-487`); the scheduler stops the request
+/// at `max_model_len` with `finish_reason: "length"` (`v1/core/sched/utils.py:114-119`). The
+/// engine request carries the room left. Past `prompt_len + max_tokens = 2**31 - 1` (the V2
+/// runner's int32 `max_seq_len`) genfront refuses it: the engine would crash.
 #[test]
 fn max_tokens_boundary_at_context_length() {
-    // test_generate_max_tokens_boundary: --max-model-len 1024, 3-token prompt.
     let ok = prepare(&with_sampling(json!({"max_tokens": 1021}))).expect("1021 fits");
     assert_eq!(ok.subs[0].request.stop.max_tokens, Some(1021));
+    for m in [1022, 5000, 2_147_483_644] {
+        let p = prepare(&with_sampling(json!({"max_tokens": m}))).expect("past the context");
+        assert_eq!(p.subs[0].request.stop.max_tokens, Some(1021), "{m}");
+    }
     assert_bad_request(
-        &with_sampling(json!({"max_tokens": 1022})),
-        "The decoder prompt (length 3) plus the number of requested output tokens (1022) is longer than the maximum model length of 1024. Make sure that `max_model_len` is no smaller than the number of text tokens (prompt + requested output tokens).",
+        &with_sampling(json!({"max_tokens": 2_147_483_645})),
+        "The decoder prompt (length 3) plus the number of requested output tokens (2147483645) is longer than the maximum model length of 1024. Make sure that `max_model_len` is no smaller than the number of text tokens (prompt + requested output tokens).",
         None,
+    );
+    // `min_tokens` is checked against the explicit value, not the room.
+    assert!(
+        prepare(&with_sampling(
+            json!({"max_tokens": 5000, "min_tokens": 4000})
+        ))
+        .is_ok()
     );
 }
 
@@ -228,10 +254,25 @@ fn prompt_that_fills_the_context() {
         "The decoder prompt (length 3) plus the number of requested output tokens (at least 1) is longer than the maximum model length of 3. Make sure that `max_model_len` is no smaller than the number of text tokens (prompt + requested output tokens)."
     );
     small.max_context_len = 2;
+    // Without `max_tokens`, `serve_tokens` computes the default first (`get_max_tokens`,
+    // `entrypoints/serve/utils/api_utils.py:246-250`), a plain 400 even for a stream.
     let r = prepare_on(&body, &small).expect_err("too long");
     assert_eq!(
         r.error.public_message(),
+        "Input length (3) exceeds model's maximum context length (2)."
+    );
+    assert!(!r.stream);
+    // With one, the input processor's prompt-length check answers.
+    let r = prepare_on(&with_sampling(json!({"max_tokens": 1})), &small).expect_err("too long");
+    assert_eq!(
+        r.error.public_message(),
         "The decoder prompt (length 3) is longer than the maximum model length of 2. Make sure that `max_model_len` is no smaller than the number of text tokens."
+    );
+    small.max_context_len = 3;
+    let r = prepare_on(&with_sampling(json!({"max_tokens": 100})), &small).expect_err("full");
+    assert_eq!(
+        r.error.public_message(),
+        "The decoder prompt (length 3) plus the number of requested output tokens (at least 1) is longer than the maximum model length of 3. Make sure that `max_model_len` is no smaller than the number of text tokens (prompt + requested output tokens)."
     );
 }
 
@@ -296,10 +337,16 @@ fn logprob_token_ids_rules() {
         "When both logprobs and logprob_token_ids are set, logprobs must equal len(logprob_token_ids). Got logprobs=3, len(logprob_token_ids)=2. (parameter=logprob_token_ids, value=2)",
         Some("logprob_token_ids"),
     );
+    // vLLM reports the listed ids, not a top k (`num_logprobs`, `sampling_params.py:888-895`):
+    // the engine request asks for no top logprobs, so 128 listed ids pass the
+    // `--max-top-logprobs` cap as they pass vLLM's `max_logprobs`.
     let p = prepare(&with_sampling(json!({"logprob_token_ids": [5, 6]}))).expect("ok");
     let out = &p.subs[0].request.output;
-    assert_eq!(out.logprobs, Some(2));
+    assert_eq!(out.logprobs, Some(0));
     assert_eq!(out.token_ids_logprobs, vec![5, 6]);
+    let many: Vec<u32> = (0..128).collect();
+    let p = prepare(&with_sampling(json!({"logprob_token_ids": many}))).expect("128 ids");
+    assert_eq!(p.subs[0].request.output.logprobs, Some(0));
 }
 
 #[test]
@@ -356,15 +403,15 @@ fn stop_strings() {
     assert_eq!(p.subs[0].request.stop.stop_token_ids, vec![9, 4]);
 }
 
+/// vLLM 0.33.0's Python route admits `stream_options` without `stream` (its Rust frontend
+/// refuses it); genfront still refuses `prompt_logprobs` with `stream: true` as that frontend
+/// does (a known gap); vLLM refuses `prompt_logprob_token_ids` with `stream: true`
+/// (`token_in_token_out/serving.py:217-221`).
 #[test]
 fn stream_only_options() {
     let body =
         json!({"token_ids": [1], "sampling_params": {}, "stream_options": {"include_usage": true}});
-    assert_bad_request(
-        &body,
-        "stream_options are only supported when stream=true.",
-        Some("stream_options"),
-    );
+    assert!(prepare(&body).is_ok());
     let body =
         json!({"token_ids": [11, 22], "stream": true, "sampling_params": {"prompt_logprobs": 0}});
     assert_bad_request(
@@ -443,7 +490,13 @@ fn huge_placeholder_lengths_are_refused_without_overflow() {
         json!({"token_ids": [1, 2, 3, 4], "sampling_params": {}, "features": {
             "mm_hashes": {"image": vec!["h"; hashes]}, "mm_placeholders": {"image": ranges}}})
     };
-    for length in [json!(1.4507303363161613e127), json!(u64::MAX)] {
+    // A float past the `i64` range is no int (pydantic-core `float_as_int`).
+    let message = super::support::assert_schema(
+        &features(json!([{"offset": 1, "length": 1.4507303363161613e127}]), 1),
+        Some("body.features.mm_placeholders.image.0.length"),
+    );
+    assert!(message.contains("'type': 'int_parsing_size'"), "{message}");
+    for length in [json!(u64::MAX), json!(u64::MAX - 1)] {
         // Two ranges: the first ends past the second's offset.
         let body = features(
             json!([{"offset": 1, "length": length}, {"offset": 2, "length": 1}]),
@@ -675,17 +728,235 @@ fn engine_side_errors_stream_inside_a_200() {
 /// msgpack's 64-bit range, before the penalties are checked.
 #[test]
 fn extra_args_integers_fit_64_bits() {
-    assert_bad_request(
-        &with_sampling(
-            json!({"extra_args": {"k": [18446744073709551616.0]}, "presence_penalty": 3}),
-        ),
-        "extra_args integers must be between -2**63 and 2**64 - 1. (parameter=extra_args)",
-        Some("extra_args"),
+    // An integer literal past 64 bits (kept exact, `wide.rs`) is refused before the penalty;
+    // a float literal of the same size is not an integer.
+    let raw = |extra: &str| {
+        let body = format!(
+            r#"{{"token_ids":[1,2,3],"sampling_params":{{"extra_args":{{"k":[{extra}]}},"presence_penalty":3}}}}"#
+        );
+        super::support::prepare_raw(body.as_bytes(), &super::support::json_headers(), &engine())
+            .expect_err(extra)
+            .error
+            .public_message()
+            .into_owned()
+    };
+    assert_eq!(
+        raw("18446744073709551616"),
+        "extra_args integers must be between -2**63 and 2**64 - 1. (parameter=extra_args)"
+    );
+    assert_eq!(
+        raw("-9223372036854775809"),
+        "extra_args integers must be between -2**63 and 2**64 - 1. (parameter=extra_args)"
+    );
+    assert_eq!(
+        raw("18446744073709551616.0"),
+        "presence_penalty must be in [-2, 2], got 3.0."
     );
     assert!(
         prepare(&with_sampling(
             json!({"extra_args": {"k": 18446744073709551615u64}})
         ))
         .is_ok()
+    );
+}
+
+// === vLLM 0.33.0 parity rules (issue 12; the module docs of `validate.rs` cite each) ===
+
+/// A raw body against [`engine`], its rejection's public message (or `None` when accepted).
+fn raw_message(body: &str) -> Option<String> {
+    super::support::prepare_raw(body.as_bytes(), &super::support::json_headers(), &engine())
+        .err()
+        .map(|r| r.error.public_message().into_owned())
+}
+
+/// `prompt_logprob_start` needs `prompt_logprob_token_ids` and is non-negative with them; the
+/// ids are a non-empty `[rows, ids]` array within the context, `max_logprobs` and the
+/// vocabulary (-1 pads), and the rows match the prompt (`sampling_params.py:983-1048`,
+/// `v1/engine/input_processor.py:464-475`).
+#[test]
+fn prompt_logprob_token_ids_rules() {
+    let bad = |sp: serde_json::Value, message: &str, param: &str| {
+        assert_bad_request(&with_sampling(sp), message, Some(param));
+    };
+    bad(
+        json!({"prompt_logprob_start": 0}),
+        "prompt_logprob_start requires prompt_logprob_token_ids. (parameter=prompt_logprob_start, value=0)",
+        "prompt_logprob_start",
+    );
+    bad(
+        json!({"prompt_logprob_start": -1, "prompt_logprob_token_ids": [[1], [2]]}),
+        "prompt_logprob_start must be non-negative. (parameter=prompt_logprob_start, value=-1)",
+        "prompt_logprob_start",
+    );
+    for empty in [json!([]), json!([[]])] {
+        bad(
+            json!({"prompt_logprob_token_ids": empty}),
+            "prompt_logprob_token_ids must be a non-empty integer array of shape [num_rows, num_ids]. (parameter=prompt_logprob_token_ids, value=list)",
+            "prompt_logprob_token_ids",
+        );
+    }
+    let wide: Vec<u32> = (0..21).collect();
+    bad(
+        json!({"prompt_logprob_token_ids": [wide, [1]]}),
+        "Requested 21 token ids per row in prompt_logprob_token_ids, which is greater than max allowed: 20. Set max_logprobs (--max-logprobs) to at least 21. (parameter=prompt_logprob_token_ids, value=21)",
+        "prompt_logprob_token_ids",
+    );
+    bad(
+        json!({"prompt_logprob_token_ids": [[1000], [5, 6]]}),
+        "prompt_logprob_token_ids contain out-of-vocab token ids (-1 pads a row). Vocabulary size: 1000 (parameter=prompt_logprob_token_ids, value=[-1, 1000])",
+        "prompt_logprob_token_ids",
+    );
+    bad(
+        json!({"prompt_logprob_token_ids": [[1]]}),
+        "prompt_logprob_token_ids has 1 rows, but the prompt has 2 scored rows (prompt_len - 1 - prompt_logprob_start). (parameter=prompt_logprob_token_ids, value=1)",
+        "prompt_logprob_token_ids",
+    );
+    assert!(
+        prepare(&with_sampling(
+            json!({"prompt_logprob_token_ids": [[1], [2, 3]]})
+        ))
+        .is_ok()
+    );
+    assert!(
+        prepare(&with_sampling(
+            json!({"prompt_logprob_token_ids": [[1]], "prompt_logprob_start": 1})
+        ))
+        .is_ok()
+    );
+}
+
+/// The server-flag gates apply only where the flag is known (`EngineInfo::features`):
+/// `thinking_token_budget` without a reasoning config, a non-empty `trace_decode_token_ids`
+/// without `--enable-trace-replay` (`v1/engine/input_processor.py:203-220`); `-1` is no budget
+/// (`validate_thinking_token_budget`, `sampling_params.py:65-85`).
+#[test]
+fn server_flag_gates_follow_known_features() {
+    let mut off = engine();
+    off.features = genfront_protocol::EngineFeatures::mock();
+    let budget = with_sampling(json!({"thinking_token_budget": 10}));
+    let r = prepare_on(&budget, &off).expect_err("no reasoning config");
+    assert_eq!(
+        r.error.public_message(),
+        crate::validate::THINKING_BUDGET_NEEDS_REASONING
+    );
+    assert!(prepare(&budget).is_ok(), "unknown: left to the engine");
+    assert!(prepare_on(&with_sampling(json!({"thinking_token_budget": -1})), &off).is_ok());
+    assert!(prepare_on(&with_sampling(json!({"thinking_token_budget": "-1"})), &off).is_ok());
+    let mut on = off.clone();
+    on.features.reasoning = Some(true);
+    assert!(prepare_on(&budget, &on).is_ok());
+
+    let trace = with_sampling(json!({"trace_decode_token_ids": [1, 2]}));
+    let mut stream = trace.clone();
+    stream["stream"] = json!(true);
+    let r = prepare_on(&stream, &off).expect_err("no trace replay");
+    assert_eq!(
+        r.error.public_message(),
+        crate::validate::TRACE_REPLAY_NOT_ENABLED
+    );
+    assert!(r.stream, "the input processor's error: an SSE error event");
+    assert!(prepare(&trace).is_ok(), "unknown: left to the engine");
+}
+
+/// `_validate_trace_replay`'s plain `ValueError`s are 500s from vLLM 0.33.0; genfront answers
+/// 400 with the same text (a deliberate deviation).
+#[test]
+fn trace_replay_value_errors_are_400s() {
+    for (sp, message) in [
+        (
+            json!({"trace_decode_token_ids": []}),
+            "trace_decode_token_ids must be a non-empty list.",
+        ),
+        (
+            json!({"trace_decode_token_ids": [-1]}),
+            "trace_decode_token_ids must contain non-negative integers.",
+        ),
+        (
+            json!({"trace_decode_token_ids": [1], "n": 2}),
+            "trace_decode_token_ids requires n=1.",
+        ),
+        (
+            json!({"trace_decode_token_ids": [1], "bad_words": ["x"]}),
+            "trace_decode_token_ids is not supported with bad_words.",
+        ),
+    ] {
+        assert_bad_request(&with_sampling(sp), message, None);
+    }
+}
+
+/// Integers keep full precision: a literal past 64 bits is a Python int (exact in messages,
+/// refused by the msgpack round trip), a float literal past `i64` is no int
+/// (`int_parsing_size`), and unknown or private sampling keys never reach msgpack.
+#[test]
+fn integers_past_64_bits_keep_their_digits() {
+    const BASE: &str = r#"{"token_ids":[1,2,3],"sampling_params":{"#;
+    let sp = |inner: &str| raw_message(&format!("{BASE}{inner}}}}}"));
+    let overflow = Some("can't serialize ints < -2**63 or > 2**64 - 1".to_owned());
+    assert_eq!(sp(r#""seed":-9223372036854775809"#), overflow);
+    assert_eq!(
+        sp(r#""output_text_buffer_length":-9223372036854775809"#),
+        overflow
+    );
+    assert_eq!(sp(r#""seed":-9223372036854775808"#), None);
+    assert_eq!(
+        sp(r#""prompt_logprobs":-9223372036854775809"#).as_deref(),
+        Some(
+            "prompt_logprobs must be non-negative or -1, got -9223372036854775809. (parameter=prompt_logprobs, value=-9223372036854775809)"
+        )
+    );
+    let size = sp(r#""n":1e30"#).expect("refused");
+    assert!(size.contains("'type': 'int_parsing_size'"), "{size}");
+    assert!(size.contains("'input': '1e+30'"), "{size}");
+    assert_eq!(
+        sp(r#""n":1000000000000000000000000000000"#).as_deref(),
+        Some(
+            "n must be at most 16384, got 1000000000000000000000000000000. To increase this limit, set the VLLM_MAX_N_SEQUENCES environment variable."
+        )
+    );
+    for unknown in [
+        r#""future_sampling_field":18446744073709551616"#,
+        r#""_all_stop_token_ids":1e30"#,
+    ] {
+        assert_eq!(sp(unknown), None, "{unknown}");
+    }
+    let top = |field: &str| {
+        raw_message(&format!(
+            r#"{{"token_ids":[1,2,3],"sampling_params":{{}},{field}}}"#
+        ))
+    };
+    assert_eq!(
+        top(r#""kv_transfer_params":{"x":[-9223372036854775809]}"#),
+        overflow
+    );
+    assert_eq!(top(r#""kv_transfer_params":{"x":[1e30]}"#), None);
+    let priority = top(r#""priority":-9223372036854775809"#).expect("refused");
+    assert!(
+        priority.contains("'input': '-9223372036854775809'"),
+        "{priority}"
+    );
+    // `output_kind`: an int literal past `i64` is `int_parsing_size`, a float literal `enum`.
+    let kind = sp(r#""output_kind":1e30"#).expect("refused");
+    assert!(kind.contains("'type': 'enum'"), "{kind}");
+    let kind = sp(r#""output_kind":100000000000000000000"#).expect("refused");
+    assert!(kind.contains("'type': 'int_parsing_size'"), "{kind}");
+}
+
+/// `routed_experts_prompt_start: int = 0` is not nullable; a UTF-8 BOM is skipped as
+/// `json.loads` skips it on bytes.
+#[test]
+fn small_schema_rules() {
+    let null = super::support::assert_schema(
+        &with_sampling(json!({"routed_experts_prompt_start": null})),
+        Some("body.sampling_params"),
+    );
+    assert!(
+        null.contains(
+            "'type': 'int_type', 'loc': 'body.sampling_params.routed_experts_prompt_start'"
+        ),
+        "{null}"
+    );
+    assert_eq!(
+        raw_message("\u{feff}{\"token_ids\": [1, 2, 3], \"sampling_params\": {}}"),
+        None
     );
 }

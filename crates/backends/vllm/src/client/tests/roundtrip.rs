@@ -418,11 +418,13 @@ fn unary_round_trip(
 ) -> (Vec<EngineOutput>, Vec<EngineOutput>) {
     let mut sp = sampling(s);
     sp["prompt_logprobs"] = json!(prompt_k);
-    sp["prompt_logprob_start"] = json!(prompt_start);
+    // vLLM 0.33.0 refuses `prompt_logprob_start` without `prompt_logprob_token_ids`
+    // (`sampling_params.py:1043-1048`), so a vLLM body scores the prompt from its start.
+    let _ = prompt_start;
     let body = json!({"token_ids": s.prompt, "sampling_params": sp});
     let (prepared, request) = prepare(&body);
     let prompt = s.prompt.len() as u32;
-    let start = prompt_start.min(s.prompt.len());
+    let start = 0;
     let plp = prompt_logprobs(&s.prompt, start, prompt_k);
     let handoff = json!({"remote_engine_id": "e", "remote_block_ids": [1, 2]});
     let per_choice = deltas(s);
