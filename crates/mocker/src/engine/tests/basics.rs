@@ -120,9 +120,17 @@ async fn no_max_tokens_runs_to_the_context() {
     req.stop.ignore_eos = true;
     let items = outputs(&e, req.clone()).await;
     assert_eq!(finish(&items, 0), FinishReason::Length { length: 10 });
-    // An oversized max_tokens is clamped to the room left.
+    // An oversized max_tokens is clamped to the room left and ends like vLLM's scheduler ends
+    // it (`num_tokens >= max_model_len` is `FINISHED_LENGTH_CAPPED`, finish reason `length`,
+    // `v1/core/sched/utils.py:114-119` in vLLM 0.33.0; the vLLM format admits such a request).
     req.stop.max_tokens = Some(1000);
-    assert_eq!(outputs(&e, req).await.len(), 10);
+    let items = outputs(&e, req.clone()).await;
+    assert_eq!(items.len(), 10);
+    assert_eq!(finish(&items, 0), FinishReason::Length { length: 10 });
+    // At most `u32::MAX` (what a format carries for a value past it) runs the same way.
+    req.stop.max_tokens = Some(u32::MAX);
+    let items = outputs(&e, req).await;
+    assert_eq!(finish(&items, 0), FinishReason::Length { length: 10 });
 }
 
 #[tokio::test]
