@@ -165,6 +165,9 @@ struct Sub {
     relayed: Option<genfront_protocol::NativeAnswer>,
     /// The engine's SSE frames are relayed for this sub (cumulative streams).
     relaying: bool,
+    /// The client-visible rid as a JSON string, rendered at the first relayed frame (each
+    /// frame's id is replaced by it).
+    relay_id: Vec<u8>,
 }
 
 /// Keys of `meta_info` genfront computes itself; the engine's native frame cannot override them.
@@ -415,9 +418,10 @@ impl SglangAssembler {
             s.relaying = true;
             s.usage = output.usage.or(s.usage);
             s.finish = output.finish_reason;
-            let mut id = Vec::with_capacity(s.cfg.rid.len() + 2);
-            render::json(&mut id, s.cfg.rid.as_str());
-            events.push(Bytes::from(native.with_ids(&id)));
+            if s.relay_id.is_empty() {
+                render::json(&mut s.relay_id, s.cfg.rid.as_str());
+            }
+            events.push(Bytes::from(native.with_ids(&s.relay_id)));
             return Ok(());
         }
         let Some(s) = self.subs.get_mut(i) else {

@@ -370,7 +370,7 @@ impl Cur<'_> {
 fn plain_key_len(b: &[u8]) -> Option<usize> {
     const LO: u64 = 0x0101_0101_0101_0101;
     const HI: u64 = 0x8080_8080_8080_8080;
-    let flagged = |c: u8| c == b'"' || c == b'\\' || c < 0x20 || c > 0x7f;
+    let flagged = |c: u8| c == b'"' || c == b'\\' || !(0x20..=0x7f).contains(&c);
     let mut i = 0;
     while let Some(word) = b.get(i..i + 8) {
         let w = u64::from_le_bytes(word.try_into().ok()?);
@@ -793,7 +793,7 @@ mod tests {
                 .collect();
             let want = s
                 .iter()
-                .position(|&c| c == b'"' || c == b'\\' || c < 0x20 || c > 0x7f)
+                .position(|&c| c == b'"' || c == b'\\' || !(0x20..=0x7f).contains(&c))
                 .filter(|&i| s[i] == b'"');
             assert_eq!(super::plain_key_len(&s), want, "{s:?}");
         }

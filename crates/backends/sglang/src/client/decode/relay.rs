@@ -116,7 +116,11 @@ impl FrameDecoder {
         let new_ids = if self.cfg.incremental {
             token_ids
         } else if self.delivered <= total {
-            token_ids.split_off(self.delivered.saturating_sub(skipped))
+            match self.delivered.saturating_sub(skipped) {
+                // The fast scan's usual case: every id it read is new (no second buffer).
+                0 => token_ids,
+                at => token_ids.split_off(at),
+            }
         } else if is_abort {
             Vec::new()
         } else {
