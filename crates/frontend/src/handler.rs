@@ -166,7 +166,7 @@ pub(crate) fn error_for(
     error(format, err, false, retry_after_secs(state))
 }
 
-/// A control or admin route's body: the generate routes' header checks (413 before reading,
+/// A control or admin route's body: the header checks ([`check_headers`]: 413 before reading,
 /// 415 for a non-JSON type or an encoding) and limits (`--body-limit`, `--body-read-timeout`).
 pub(crate) async fn read_control_body(
     state: &AppState,
@@ -218,32 +218,13 @@ async fn read_body(state: &AppState, body: Body) -> Result<Bytes, GenerateError>
     })
 }
 
-/// The checks on a generate or abort request's headers, before its body is read:
-///
-/// - `Content-Length` above `--body-limit` → 413 at once: the body is never read, and a client
-///   that sent `Expect: 100-continue` gets no `100 Continue` (hyper sends it only when the body
-///   is first read);
-/// - `Content-Type` must be JSON (`application/json` or `application/*+json`, parameters
-///   ignored) or absent → else 415. This is FastAPI's rule for a body model (vLLM's route),
-///   which answers other types with a validation error; SGLang's route reads
-///   `await request.json()` whatever the type, so there genfront is stricter than the engine
-///   (a form-encoded `curl -d` without `-H 'Content-Type: application/json'` is refused);
-/// - `Content-Encoding` must be absent or `identity` → else 415: neither engine (nor uvicorn)
-///   decodes compressed request bodies, so a gzip body could only fail as invalid JSON.
+/// The checks on a generate, abort or control request's headers, before its body is read:
+/// [`check_transport`], then the `Content-Type` gate of the abort and control routes: JSON
+/// (`application/json` or `application/*+json`, parameters ignored) or absent → else 415 (an
+/// abort also refuses an absent type, see [`abort`]). Generate routes do not use it: there the
+/// format decides ([`check_transport`]).
 fn check_headers(state: &AppState, headers: &HeaderMap) -> Result<(), GenerateError> {
-    let limit = state.config.body_limit;
-    if let Some(len) = headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        && len > limit as u64
-    {
-        state.metrics.limits().hit("body_limit");
-        return Err(GenerateError::PayloadTooLarge {
-            limit_bytes: limit,
-            flag: "--body-limit",
-        });
-    }
+    check_transport(state, headers)?;
     if let Some(v) = headers.get(CONTENT_TYPE) {
         let text = v.to_str().unwrap_or("");
         if !is_json_media_type(text) {
@@ -256,6 +237,43 @@ fn check_headers(state: &AppState, headers: &HeaderMap) -> Result<(), GenerateEr
                 ),
             });
         }
+    }
+    Ok(())
+}
+
+/// The header checks every body-carrying route makes before its body is read:
+///
+/// - `Content-Length` above `--body-limit` → 413 at once: the body is never read, and a client
+///   that sent `Expect: 100-continue` gets no `100 Continue` (hyper sends it only when the body
+///   is first read);
+/// - `Content-Encoding` must be absent or `identity` → else 415. A **deliberate deviation** on
+///   generate routes: neither engine (nor uvicorn) decodes a compressed request body, so the
+///   engine answers a gzip body with its JSON-decode 400 (vLLM's `json_invalid`; SGLang's
+///   orjson error, or its `dataclass_type` 400 without a JSON type); genfront names the cause.
+///
+/// **`Content-Type` on generate routes is the format's decision** (it sees the headers in
+/// [`ParseInput`]), as the engines' own routes decide it: SGLang 0.5.23 (FastAPI 0.136's
+/// `strict_content_type`) reads a body without a JSON type — `text/plain`, a form-encoded
+/// `curl -d` without `-H 'Content-Type: application/json'`, or **no type at all** — as raw bytes
+/// and answers pydantic's 400 `dataclass_type`; vLLM answers 400 "Unsupported Media Type: Only
+/// 'application/json' is allowed". Such a refusal is counted in
+/// `genfront_limit_hits_total{limit="content_type"}` by [`generate`] — any refusal of a request
+/// whose type is absent or other than `application/json`, whatever the format's reason (an empty
+/// body without a type, refused for having none, counts too; see [`not_plain_json_typed`]) —
+/// as the abort and control routes' own 415s ([`check_headers`]) are.
+fn check_transport(state: &AppState, headers: &HeaderMap) -> Result<(), GenerateError> {
+    let limit = state.config.body_limit;
+    if let Some(len) = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        && len > limit as u64
+    {
+        state.metrics.limits().hit("body_limit");
+        return Err(GenerateError::PayloadTooLarge {
+            limit_bytes: limit,
+            flag: "--body-limit",
+        });
     }
     for v in headers.get_all(http::header::CONTENT_ENCODING) {
         let text = v.to_str().unwrap_or("?");
@@ -274,16 +292,39 @@ fn check_headers(state: &AppState, headers: &HeaderMap) -> Result<(), GenerateEr
     Ok(())
 }
 
-/// `application/json` or `application/<x>+json`, case-insensitive, parameters ignored.
+/// Whether a generate request's `Content-Type` is absent or other than `application/json`
+/// (parameters ignored, any case): its refusal is counted as a `content_type` limit hit. Both
+/// engines read that type as JSON; vLLM refuses every other (`application/*+json` included),
+/// SGLang reads `application/*+json` too, so an SGLang `+json` request refused for another
+/// reason is counted as well.
+fn not_plain_json_typed(headers: &HeaderMap) -> bool {
+    headers.get(CONTENT_TYPE).is_none_or(|v| {
+        let text = v.to_str().unwrap_or("");
+        !text
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .eq_ignore_ascii_case("application/json")
+    })
+}
+
+/// `application/json` or `application/<x>+json`, case-insensitive, parameters ignored, read as
+/// FastAPI reads it (`email.message.Message`: the type before `;` trimmed, exactly one `/`, no
+/// inner spaces — `application/ json` is not JSON).
 fn is_json_media_type(value: &str) -> bool {
     let mime = value.split(';').next().unwrap_or("").trim();
-    let Some((main, sub)) = mime.split_once('/') else {
+    let mut parts = mime.split('/');
+    let (Some(main), Some(sub), None) = (parts.next(), parts.next(), parts.next()) else {
         return false;
     };
-    main.trim().eq_ignore_ascii_case("application") && {
-        let sub = sub.trim().to_ascii_lowercase();
-        sub == "json" || sub.ends_with("+json")
-    }
+    main.eq_ignore_ascii_case("application")
+        && (sub.eq_ignore_ascii_case("json")
+            || sub
+                .len()
+                .checked_sub(5)
+                .and_then(|i| sub.get(i..))
+                .is_some_and(|tail| tail.eq_ignore_ascii_case("+json")))
 }
 
 /// The caller of a route that needs `need`, or the refusal to answer: a 401 (with
@@ -338,7 +379,7 @@ pub(crate) async fn generate(
             return *resp;
         }
     };
-    if let Err(e) = check_headers(&state, &headers) {
+    if let Err(e) = check_transport(&state, &headers) {
         return reject(&state, &mut tracker, &*format, &e, false);
     }
     // No worker can take it: say so at once (503 + Retry-After), before reading the body —
@@ -402,7 +443,12 @@ pub(crate) async fn generate(
         engine: &facts,
     }) {
         Ok(p) => p,
-        Err(rej) => return reject(&state, &mut tracker, &*format, &rej.error, rej.stream),
+        Err(rej) => {
+            if not_plain_json_typed(&headers) {
+                state.metrics.limits().hit("content_type");
+            }
+            return reject(&state, &mut tracker, &*format, &rej.error, rej.stream);
+        }
     };
     drop(body);
     let limit = state.config.max_engine_requests;

@@ -108,6 +108,14 @@
 //! Request validation follows SGLang 0.5.23's own code, compared body by body with the
 //! validation-oracle tool (`../shared/tools/validation-oracle`), in SGLang's order:
 //!
+//! 0. **`Content-Type`** (`request::media`, FastAPI 0.136's `strict_content_type`,
+//!    `fastapi/routing.py:405-426`): a non-empty body is read as JSON only with an
+//!    `application/json` or `application/*+json` type (parameters ignored, read as
+//!    `email.message.Message` reads it); `text/plain`, a form type (`curl -d` without
+//!    `-H 'Content-Type: application/json'`) **or no type at all** hands pydantic the raw
+//!    bytes: 400 `dataclass_type` with `input` = Python's `repr(bytes)`, also for a body that
+//!    is valid JSON and for `stream: true`. The frontend leaves this to the format on generate
+//!    routes (abort routes keep their 415).
 //! 1. **Parse**: `orjson` (`ORJSONRequest`, `entrypoints/http_server.py:472-480`) reads integers
 //!    outside `[-2^63, 2^64)` as floats — exactly as serde_json does, so big integers are judged
 //!    as SGLang judges them (no deviation; the note that said otherwise was wrong).
@@ -189,8 +197,12 @@
 //! - `session_params.id` naming no open session: the engine answers ("Invalid request: session
 //!   id … does not exist"); genfront keeps no sessions and forwards it (the mock ignores it).
 //! - JSON syntax errors carry serde_json's text, not orjson's (`json_invalid` with a byte
-//!   offset); a body without a JSON `Content-Type` is the frontend's 415 (SGLang: pydantic's 400
-//!   `dataclass_type`).
+//!   offset).
+//! - A body without a JSON `Content-Type` (step 0): its `dataclass_type` `input` is cut at
+//!   2048 bytes like every other; SGLang prints `repr(body)` whole, twice — up to 8× the body
+//!   (`\xNN` per byte), half a GiB for a 64 MiB `--body-limit` body. A `Content-Encoding` other
+//!   than `identity` stays the frontend's 415 (SGLang fails to read the compressed bytes as
+//!   JSON, a 400; genfront names the cause).
 //!
 //! **Fuzzing**: `tests/fuzz.rs` drives this format's whole request path (parse, validate,
 //! project, the native error answer, the assembler) and the client's frame decoding (SSE bytes →

@@ -2,12 +2,14 @@
 //! `GenerateReqInput.normalize_batch_and_arguments` (`io_struct.py`) and the per-request checks of
 //! `TokenizerManager` (`tokenizer_manager.py`), in their order and with their messages.
 //!
-//! Phases: JSON + types (pydantic: [`GenerateError::Schema`]) → input selection, batch size,
+//! Phases: `Content-Type` (FastAPI's rule, `request::media`) → JSON + types (pydantic:
+//! [`GenerateError::Schema`]) → input selection, batch size,
 //! parallel sampling, per-item lists, rids (`ValueError`s: [`GenerateError::Validation`]) →
 //! per-item checks ([`crate::item`]).
 
 mod contract;
 mod fast;
+mod media;
 mod pydantic;
 
 pub(crate) use pydantic::lax_bool;
@@ -314,6 +316,11 @@ pub(crate) fn parse(
     input: &ParseInput<'_>,
     engine_side: bool,
 ) -> Result<GenerateRequest, Rejection> {
+    // FastAPI reads the bytes as JSON only for a JSON `Content-Type` (`request::media`); any
+    // other non-empty body (no type at all included) is pydantic's `dataclass_type`.
+    if !input.body.is_empty() && !media::body_is_json(input.headers) {
+        return Err(schema_error(&pydantic::bytes_body(input.body)).into());
+    }
     let (mut obj, fast_ids) = match fast::parse(input.body) {
         Some(parsed) => parsed,
         // An empty body is no body: pydantic's `missing` (as for JSON `null`).

@@ -20,8 +20,14 @@ fn packed_format() -> SglangPackedFormat {
 
 fn prepare(f: &dyn GenerateFormat, body: &Value) -> Result<Prepared, Rejection> {
     let bytes = serde_json::to_vec(body).expect("json");
+    // What a JSON client sends: SGLang reads no other body as JSON.
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
     f.prepare(ParseInput {
-        headers: &HeaderMap::new(),
+        headers: &headers,
         body: &bytes,
         engine: &engine(),
     })

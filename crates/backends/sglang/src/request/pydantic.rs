@@ -321,6 +321,20 @@ pub(crate) fn validate_body(body: &Value, skip_input_ids: bool) -> Vec<PyError> 
     errors
 }
 
+/// The one error of a body FastAPI does not read as JSON (`request::media`): the raw bytes are
+/// no `GenerateReqInput`, so pydantic's `dataclass_type` with `repr(bytes)` as the `input`, cut
+/// at [`INPUT_BUDGET`] like every other `input` (SGLang prints the whole repr, up to 4× the body,
+/// twice).
+pub(crate) fn bytes_body(body: &[u8]) -> Vec<PyError> {
+    vec![PyError {
+        kind: "dataclass_type",
+        loc: vec![Loc::Key("body".into())],
+        msg: "Input should be a dictionary or an instance of GenerateReqInput".into(),
+        input: super::media::bytes_repr(body, INPUT_BUDGET),
+        ctx: Some("{'class_name': 'GenerateReqInput'}".into()),
+    }]
+}
+
 /// [`validate_body`] for a body already known to be an object.
 pub(crate) fn validate_obj(
     obj: &Map<String, Value>,

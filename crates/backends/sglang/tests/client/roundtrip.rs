@@ -19,7 +19,12 @@ pub fn prepare(body: &Value, info: &EngineInfo, incremental: bool) -> Prepared {
     let format = SglangFormat::new(&genfront_sglang::SglangSettings {
         incremental_streaming: incremental,
     });
-    let headers = HeaderMap::new();
+    // What a JSON client sends: SGLang reads no other body as JSON.
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
     let bytes = body.to_string();
     match format.prepare(ParseInput {
         headers: &headers,

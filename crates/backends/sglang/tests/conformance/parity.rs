@@ -2,18 +2,14 @@
 //! validation-oracle tool found and the engine's source settles, each pinned here with the
 //! engine's file and line (the tool does not run in CI).
 
-use genfront_format::{CONTENT_TYPE_JSON, GenerateFormat, ParseInput, Prepared, Rejection};
+use genfront_format::{CONTENT_TYPE_JSON, GenerateFormat, Prepared, Rejection};
 use genfront_protocol::{EngineFeatures, EngineInfo};
 use http::{HeaderMap, StatusCode};
 
 use crate::support::*;
 
 fn prepare_on(body: &str, info: &EngineInfo) -> Result<Prepared, Rejection> {
-    format(false).prepare(ParseInput {
-        headers: &HeaderMap::new(),
-        body: body.as_bytes(),
-        engine: info,
-    })
+    prepare_with(body, &HeaderMap::new(), info, false)
 }
 
 /// The `{"error":{"message"}}` 400 of `body` on `info`.

@@ -38,14 +38,20 @@ pub fn format(incremental: bool) -> SglangFormat {
     })
 }
 
+/// `body` through the format with `headers`, plus `Content-Type: application/json` when they
+/// have none (what a JSON client sends: SGLang reads no other body as JSON).
 pub fn prepare_with(
     body: &str,
     headers: &HeaderMap,
     info: &EngineInfo,
     incremental: bool,
 ) -> Result<Prepared, Rejection> {
+    let mut headers = headers.clone();
+    headers
+        .entry(http::header::CONTENT_TYPE)
+        .or_insert(http::HeaderValue::from_static("application/json"));
     format(incremental).prepare(ParseInput {
-        headers,
+        headers: &headers,
         body: body.as_bytes(),
         engine: info,
     })
