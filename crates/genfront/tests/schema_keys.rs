@@ -12,7 +12,9 @@
 //! oracle received (`GET /_oracle/log`: the bodies, private ids removed, plus the routing headers)
 //! differs between the two requests. The mocker is in-process and receives the whole native body
 //! by construction (its toy model ignores constraints): there the case passes iff the answer is a
-//! 200 or the native 400 naming the key — never a 5xx.
+//! 200 or the native 400 naming the key — never a 5xx. The mocker has no tokenizer: where the
+//! engine refuses a key for that with a message naming no key (vLLM's structured outputs), that
+//! native refusal is the key's accepted answer there, never a drop.
 //!
 //! Keys genfront owns by design, renders itself, or that the engine itself ignores are listed in
 //! [`SEPARATE`] with the reason and checked by what they do instead. Every schema key must have a
@@ -93,13 +95,15 @@ impl Format {
 }
 
 /// One key's case: the value set, the changes made to the base for both requests, the key the
-/// value replaces (removed from the request with the key: another prompt input), and the text a
-/// refusal must contain (default: the key's last segment).
+/// value replaces (removed from the request with the key: another prompt input), the text a
+/// refusal must contain (default: the key's last segment), and the engine's own refusal of the
+/// key on an engine without a tokenizer, which there counts as a refusal by name too.
 struct Case {
     value: Value,
     base: Vec<(&'static str, Value)>,
     replaces: Option<&'static str>,
     needle: Option<&'static str>,
+    tokenizer_refusal: Option<&'static str>,
 }
 
 fn case(value: Value) -> Case {
@@ -108,6 +112,18 @@ fn case(value: Value) -> Case {
         base: Vec::new(),
         replaces: None,
         needle: None,
+        tokenizer_refusal: None,
+    }
+}
+
+/// A vLLM structured-outputs case: an engine without a tokenizer (the mocker, a `--tokens-only`
+/// server) refuses the constraint natively ("Structured outputs requires a tokenizer…",
+/// `sampling_params.py:1242-1245`), which names no key; that refusal is its answer there, with
+/// the constraint in the base request too (the options' cases).
+fn needs_tokenizer(c: Case) -> Case {
+    Case {
+        tokenizer_refusal: Some(genfront_vllm::STRUCTURED_OUTPUTS_NEED_TOKENIZER),
+        ..c
     }
 }
 
@@ -410,7 +426,7 @@ fn vllm_case(path: &str) -> Option<Case> {
         "sampling_params.skip_clone" => case(json!(true)),
         "sampling_params.output_text_buffer_length" => case(json!(2)),
         "sampling_params.watermarking" => case(json!({"key": 1})),
-        "sampling_params.structured_outputs" => case(json!({"regex": "[a-z]+"})),
+        "sampling_params.structured_outputs" => needs_tokenizer(case(json!({"regex": "[a-z]+"}))),
         "sampling_params.logit_bias" => case(json!({"5": 2.5, "9": -1.0})),
         "sampling_params.allowed_token_ids" => case(json!([5, 6])),
         "sampling_params.extra_args" => case(json!({"k": 1})),
@@ -431,20 +447,26 @@ fn vllm_case(path: &str) -> Option<Case> {
         }
         "sampling_params.logprob_token_ids" => case(json!([5, 6])),
         "sampling_params.flat_logprobs" => case(json!(true)),
-        "sampling_params.structured_outputs.json" => {
-            case(json!({"type": "object", "properties": {"a": {"type": "integer"}}}))
+        "sampling_params.structured_outputs.json" => needs_tokenizer(case(
+            json!({"type": "object", "properties": {"a": {"type": "integer"}}}),
+        )),
+        "sampling_params.structured_outputs.regex" => needs_tokenizer(case(json!("[a-z]+"))),
+        "sampling_params.structured_outputs.choice" => needs_tokenizer(case(json!(["a", "b"]))),
+        "sampling_params.structured_outputs.grammar" => needs_tokenizer(case(json!(EBNF))),
+        "sampling_params.structured_outputs.json_object" => needs_tokenizer(case(json!(true))),
+        "sampling_params.structured_outputs.structural_tag" => needs_tokenizer(case(json!(TAG))),
+        "sampling_params.structured_outputs.disable_fallback" => {
+            needs_tokenizer(with(json!(true), &regex))
         }
-        "sampling_params.structured_outputs.regex" => case(json!("[a-z]+")),
-        "sampling_params.structured_outputs.choice" => case(json!(["a", "b"])),
-        "sampling_params.structured_outputs.grammar" => case(json!(EBNF)),
-        "sampling_params.structured_outputs.json_object" => case(json!(true)),
-        "sampling_params.structured_outputs.structural_tag" => case(json!(TAG)),
-        "sampling_params.structured_outputs.disable_fallback" => with(json!(true), &regex),
-        "sampling_params.structured_outputs.disable_any_whitespace" => with(json!(true), &regex),
+        "sampling_params.structured_outputs.disable_any_whitespace" => {
+            needs_tokenizer(with(json!(true), &regex))
+        }
         "sampling_params.structured_outputs.disable_additional_properties" => {
-            with(json!(true), &regex)
+            needs_tokenizer(with(json!(true), &regex))
         }
-        "sampling_params.structured_outputs.whitespace_pattern" => with(json!(" "), &regex),
+        "sampling_params.structured_outputs.whitespace_pattern" => {
+            needs_tokenizer(with(json!(" "), &regex))
+        }
         "request_id" => case(json!("client-id-1")),
         "stream" => case(json!(true)),
         "stream_options" => with(json!({"include_usage": true}), &[("stream", json!(true))]),
@@ -536,6 +558,8 @@ struct Setup {
     url: String,
     /// The oracle the engine requests reach (`None`: the in-process mocker).
     oracle: Option<Arc<Oracle>>,
+    /// Whether the engine loads a tokenizer (the oracles do; the mocker does not).
+    tokenizer: bool,
     /// The served model's name (`GET /v1/models`).
     model: String,
     _stop: Vec<tokio_util::sync::DropGuard>,
@@ -577,6 +601,7 @@ async fn setups() -> Vec<Setup> {
             name,
             url,
             oracle: Some(oracle.clone()),
+            tokenizer: true,
             model: String::new(),
             _stop: vec![stop],
         });
@@ -591,6 +616,7 @@ async fn setups() -> Vec<Setup> {
             name,
             url,
             oracle: Some(oracle.clone()),
+            tokenizer: true,
             model: String::new(),
             _stop: vec![stop, side],
         });
@@ -600,6 +626,7 @@ async fn setups() -> Vec<Setup> {
         name: "mocker",
         url: format!("http://{}", mock.addr),
         oracle: None,
+        tokenizer: false,
         model: String::new(),
         _stop: vec![mock.shutdown.clone().drop_guard()],
     });
@@ -756,10 +783,18 @@ async fn check(
         .unwrap_or_else(|| path.rsplit('.').next().unwrap_or(path));
     let without = exchange(client, setup, format.path(), &without_body).await;
     let with = exchange(client, setup, format.path(), &with_body).await;
+    // The engine's own refusal of the key without a tokenizer, where it has none.
+    let tokenizer_refusal = |text: &str| {
+        !setup.tokenizer
+            && c.tokenizer_refusal
+                .is_some_and(|t| error_message(text).contains(t))
+    };
     if without.status != 200 {
-        // The key's companion (e.g. `return_routed_experts` for `routed_experts_start_len`) is
-        // refused by name on this engine kind: the key cannot be dropped if the request is.
-        return if without.status == 400 && with.status == 400 && setup.oracle.is_some() {
+        // The key's companion (e.g. `return_routed_experts` for `routed_experts_start_len`, the
+        // constraint next to a structured-outputs option without a tokenizer) is refused on
+        // this engine kind: the key cannot be dropped if the request is.
+        let companion_refused = setup.oracle.is_some() || tokenizer_refusal(&without.text);
+        return if without.status == 400 && with.status == 400 && companion_refused {
             Ok(())
         } else {
             Err(format!(
@@ -768,7 +803,8 @@ async fn check(
             ))
         };
     }
-    let refused = with.status == 400 && error_message(&with.text).contains(needle);
+    let refused = with.status == 400
+        && (error_message(&with.text).contains(needle) || tokenizer_refusal(&with.text));
     match separate(format, path) {
         Some(Check::PrivateId) => {
             let client_id = c.value.as_str().unwrap_or_default();

@@ -18,8 +18,9 @@
 //!
 //! genfront has no tokenizer of its own. For an engine without one
 //! ([`genfront_protocol::EngineInfo::tokenizer`] `Some(false)`, `vllm serve --tokens-only`, the
-//! mock) it behaves like a `--tokens-only` server: `stop` strings and `output_mode="text"` are
-//! rejected with vLLM's messages. For an engine with a tokenizer, or one not known, `stop`
+//! mock) it behaves like a `--tokens-only` server: `stop` strings, `output_mode="text"` and
+//! `structured_outputs` ([`STRUCTURED_OUTPUTS_NEED_TOKENIZER`]) are rejected with vLLM's
+//! messages. For an engine with a tokenizer, or one not known, `stop`
 //! strings are forwarded (the engine matches them; its `stop_reason` string is relayed), and
 //! so is `output_mode="text"`, whose answer is relayed in vLLM's text shapes
 //! (`token_in_token_out/{protocol,serving}.py`: `GenerateTextResponse`,
@@ -66,8 +67,9 @@
 //!   hand-off when it has one.
 //! - **Other formats** (e.g. an SGLang client): a body built from the typed request —
 //!   `max_tokens`, `min_tokens`, `stop_token_ids`, `stop`, `ignore_eos`, `n`, the sampling
-//!   options, `logprobs`, `prompt_logprobs` (+ `prompt_logprob_start`; the decoder also slices
-//!   locally), `logprob_token_ids`, `routed_experts_prompt_start`, `logit_bias` (`{id: bias}`),
+//!   options, `logprobs`, `prompt_logprobs` (always from the prompt's start: vLLM 0.33.0 refuses
+//!   `prompt_logprob_start` without `prompt_logprob_token_ids`, so the decoder cuts the rows
+//!   before the requested start), `logprob_token_ids`, `routed_experts_prompt_start`, `logit_bias` (`{id: bias}`),
 //!   `structured_outputs` (`json` / `regex` / `grammar` / `structural_tag`), `model` = the LoRA
 //!   name, `priority` (negated for SGLang, whose larger values run first; vLLM runs smaller
 //!   first), `cache_salt`, `kv_transfer_params` = the hand-off. `max_tokens: 0` (prefill only) is
@@ -292,7 +294,7 @@ const fn key(key: &'static str, carry: Carry) -> SchemaKey {
 }
 pub use client::{CANCELLED_MESSAGE, MAX_CANCEL_GRACE, VllmEngine, VllmEngineOptions};
 pub use project::{FORMAT_NAME, REQUEST_ID_PREFIX};
-pub use validate::{MAX_LOGPROB_TOKEN_IDS, MAX_N_SEQUENCES};
+pub use validate::{MAX_LOGPROB_TOKEN_IDS, MAX_N_SEQUENCES, STRUCTURED_OUTPUTS_NEED_TOKENIZER};
 
 /// vLLM's native generate path.
 pub const GENERATE_PATH: &str = "/inference/v1/generate";

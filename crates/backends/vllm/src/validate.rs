@@ -48,6 +48,10 @@
 //!   [`EngineInfo::features`] knows the flag (`None`: left to the engine). A
 //!   `thinking_token_budget` of `-1` is no budget (`validate_thinking_token_budget`,
 //!   `sampling_params.py:65-85`) and meets no gate.
+//! - Structured outputs on an engine without a tokenizer ([`EngineInfo::tokenizer`]
+//!   `Some(false)`, `--tokens-only`, the mocker) are refused last in `verify()`
+//!   ([`STRUCTURED_OUTPUTS_NEED_TOKENIZER`], `sampling_params.py:1242-1245`); an engine whose
+//!   tokenizer is unknown gets them (its own 400 is relayed).
 //! - `stream_options` without `stream: true` is admitted (only vLLM's Rust frontend refuses it).
 //! - `logprob_token_ids` ask for those ids' logprobs, not a top k (`num_logprobs`,
 //!   `sampling_params.py:888-895`): the engine request asks for none (`logprobs: 0` plus the
@@ -82,10 +86,6 @@
 //!   (fixture 11, `rust/src/server/src/routes/inference/generate/validate.rs`); the 0.33.0
 //!   Python server admits it and streams no prompt logprobs. Following the wheel needs
 //!   `crates/genfront/tests/vllm_e2e.rs` to stop expecting fixture 11's 400.
-//! - Structured outputs on a tokens-only engine ([`EngineInfo::tokenizer`] `Some(false)`, the
-//!   mocker) are forwarded; vLLM refuses them ("Structured outputs requires a tokenizer so it
-//!   can't be used with 'skip_tokenizer_init'", `sampling_params.py:1242-1245`). Applying the
-//!   rule needs `crates/genfront/tests/schema_keys.rs` to expect that refusal on the mocker.
 //! - Python's `json` reads `NaN`, `Infinity`, `-Infinity` and `1e999` (as `inf`); serde_json
 //!   refuses them, so genfront answers `json_invalid` where vLLM reports the field's own check.
 //!   A body that is not UTF-8 is vLLM's `{"detail": "There was an error parsing the body"}`,
@@ -119,6 +119,12 @@ pub const METADATA_NEEDS_EC: &str = "metadata-only multimodal items require ec_t
 /// Message for `stop` on a `--tokens-only` server (vllm#57052), used when the engine has no
 /// tokenizer ([`EngineInfo::tokenizer`] `Some(false)`).
 pub const STOP_ON_TOKENS_ONLY: &str = "stop strings are not supported on a --tokens-only server because detokenization is disabled. Check stop strings on the coordinator, or use stop_token_ids.";
+
+/// vLLM's refusal of `structured_outputs` on an engine without a tokenizer
+/// (`_validate_structured_outputs`, `sampling_params.py:1242-1245`), a `VLLMValidationError`
+/// without a parameter; used when [`EngineInfo::tokenizer`] is `Some(false)`.
+pub const STRUCTURED_OUTPUTS_NEED_TOKENIZER: &str =
+    "Structured outputs requires a tokenizer so it can't be used with 'skip_tokenizer_init'";
 
 /// genfront's refusal of `output_mode="derender"` on an engine that loads a tokenizer: the parsed
 /// assistant message (`GenerateDerenderResponse`) is not rendered by genfront.
@@ -609,8 +615,11 @@ pub(crate) fn engine_checks(
             ));
         }
     }
-    // `_validate_structured_outputs` (`sampling_params.py:1242-1245`) refuses a constraint on a
-    // tokens-only engine; genfront forwards it (a known deviation, see the module docs).
+    // `_validate_structured_outputs` (`sampling_params.py:1242-1245`): a constraint needs the
+    // engine's tokenizer; refused for a tokens-only engine, left to one not known.
+    if s.structured_outputs.is_some() && engine.tokenizer == Some(false) {
+        return Err(bad_request(STRUCTURED_OUTPUTS_NEED_TOKENIZER));
+    }
     // The server-flag gates (`input_processor.py:203-220`), only where the flag is known.
     if s.thinking_token_budget.is_some() && engine.features.reasoning == Some(false) {
         return Err(bad_request(THINKING_BUDGET_NEEDS_REASONING));

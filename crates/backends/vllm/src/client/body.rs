@@ -416,11 +416,10 @@ fn typed_body(
                  together with prompt top logprobs; drop token_ids_logprob or the prompt logprobs",
             ));
         }
+        // Plain `prompt_logprobs` whatever the start: vLLM 0.33.0 refuses `prompt_logprob_start`
+        // without `prompt_logprob_token_ids` (`sampling_params.py:1043-1048`), so the engine
+        // scores the whole prompt and the decoder cuts the rows before `p.start`.
         sp.insert("prompt_logprobs".to_owned(), json!(p.top_k));
-        if p.start > 0 {
-            // Newer vLLM computes from here; older builds ignore the key and genfront slices.
-            sp.insert("prompt_logprob_start".to_owned(), json!(p.start));
-        }
     }
     let c = &request.constraints;
     if !c.logit_bias.is_empty() {

@@ -242,7 +242,21 @@ fn dynamo_request_full() {
         .as_object_mut()
         .expect("sampling")
         .remove("stop");
-    let p = run(&body, &json_headers()).expect("request-full without stop");
+    // Its `structured_outputs` need a tokenizer too (`sampling_params.py:1242-1245`), refused
+    // by the input processor (an SSE error event for this streaming body).
+    let r = run(&body, &json_headers()).expect_err("structured outputs");
+    assert_eq!(
+        r.error.public_message(),
+        crate::validate::STRUCTURED_OUTPUTS_NEED_TOKENIZER
+    );
+    assert!(r.stream);
+    // An engine whose tokenizer is unknown gets the whole body.
+    let unknown = EngineInfo {
+        tokenizer: None,
+        ..engine_for(&body)
+    };
+    let bytes = serde_json::to_vec(&body).expect("json");
+    let p = prepare_raw(&bytes, &json_headers(), &unknown).expect("request-full without stop");
     assert!(p.stream);
     assert_eq!(
         p.client_id.as_deref(),

@@ -46,10 +46,15 @@ fn structured_outputs_need_exactly_one_constraint() {
         "You can only use one kind of structured outputs constraint but multiple are specified: {'json': None, 'regex': 'a+', 'choice': ['a'], 'grammar': None, 'json_object': None, 'disable_any_whitespace': False, 'disable_additional_properties': False, 'whitespace_pattern': None, 'structural_tag': None, '_backend': None, '_backend_was_auto': False}",
         None,
     );
+    let unknown = genfront_protocol::EngineInfo {
+        tokenizer: None,
+        ..engine()
+    };
     assert!(
-        prepare(&with_sampling(
-            json!({"structured_outputs": {"choice": ["yes", "no"]}})
-        ))
+        prepare_on(
+            &with_sampling(json!({"structured_outputs": {"choice": ["yes", "no"]}})),
+            &unknown
+        )
         .is_ok()
     );
     // The constraint error aborts validation (`StructuredOutputsParams.__post_init__` raises
@@ -59,10 +64,54 @@ fn structured_outputs_need_exactly_one_constraint() {
         "You must use one kind of structured outputs constraint but none are specified: {'json': None, 'regex': None, 'choice': None, 'grammar': None, 'json_object': None, 'disable_any_whitespace': False, 'disable_additional_properties': False, 'whitespace_pattern': None, 'structural_tag': None, '_backend': None, '_backend_was_auto': False}",
         None,
     );
-    // A well-formed constraint is forwarded whatever the engine's tokenizer (a known
-    // deviation: vLLM refuses it on a tokens-only engine, `sampling_params.py:1242-1245`).
-    let body = with_sampling(json!({"structured_outputs": {"regex": "a+"}}));
-    assert!(prepare(&body).is_ok());
+}
+
+/// `_validate_structured_outputs` (`sampling_params.py:1242-1245`): a well-formed constraint
+/// needs the engine's tokenizer. Refused for a tokens-only engine after the other `verify()`
+/// checks (an input-processor error: an SSE error event when streaming), forwarded to an engine
+/// that loads a tokenizer or whose tokenizer is unknown.
+#[test]
+fn structured_outputs_need_a_tokenizer() {
+    let message =
+        "Structured outputs requires a tokenizer so it can't be used with 'skip_tokenizer_init'";
+    assert_eq!(crate::STRUCTURED_OUTPUTS_NEED_TOKENIZER, message);
+    for so in [
+        json!({"regex": "a+"}),
+        json!({"json": {"type": "object"}}),
+        json!({"choice": ["a", "b"]}),
+        json!({"grammar": "root ::= \"a\""}),
+        json!({"json_object": true}),
+        json!({"structural_tag": "{}"}),
+    ] {
+        let body = with_sampling(json!({"structured_outputs": so}));
+        assert_bad_request(&body, message, None);
+        for tokenizer in [None, Some(true)] {
+            let e = genfront_protocol::EngineInfo {
+                tokenizer,
+                ..engine()
+            };
+            assert!(prepare_on(&body, &e).is_ok(), "{so} on {tokenizer:?}");
+        }
+    }
+    // Streaming: the input processor's error, an SSE error event.
+    let stream = json!({"token_ids": [1, 2, 3], "stream": true,
+        "sampling_params": {"structured_outputs": {"regex": "a+"}}});
+    let r = prepare(&stream).expect_err("no tokenizer");
+    assert_eq!(r.error.public_message(), message);
+    assert!(r.stream);
+    // `verify()`'s order: the earlier checks answer first (allowed ids here), the constraint's
+    // `__post_init__` refusals ahead of everything.
+    assert_bad_request(
+        &with_sampling(json!({"allowed_token_ids": [], "structured_outputs": {"regex": "a+"}})),
+        "allowed_token_ids is not None and empty! (parameter=allowed_token_ids, value=[])",
+        Some("allowed_token_ids"),
+    );
+    assert!(
+        reject(&with_sampling(json!({"structured_outputs": {}})))
+            .error
+            .public_message()
+            .starts_with("You must use one kind of structured outputs constraint")
+    );
 }
 
 /// vLLM's input processor bounds `routed_experts_prompt_start` by the prompt

@@ -685,6 +685,44 @@ fn unary_bodies() {
     );
 }
 
+/// The client asks vLLM for plain `prompt_logprobs` (0.33.0 refuses `prompt_logprob_start`
+/// without `prompt_logprob_token_ids`), so the unary body scores the whole prompt (`null` at
+/// position 0); the decoder keeps the rows from the requested start only.
+#[test]
+fn whole_prompt_logprobs_are_cut_to_the_requested_start() {
+    let row = |id: u32, lp: f64| json!({id.to_string(): {"logprob": lp, "rank": 1, "decoded_token": null}});
+    let body = json!({"request_id": "generate-tokens-x",
+        "usage": {"prompt_tokens": 5, "total_tokens": 6, "completion_tokens": 1},
+        "prompt_logprobs": [null, row(11, -1.0), row(12, -2.0), row(13, -3.0), row(14, -4.0)],
+        "choices": [{"index": 0, "finish_reason": "length", "stop_reason": null, "token_ids": [7]}]});
+    for start in [0u32, 1, 2, 4, 5, 9] {
+        let mut dec = Decoder::new(DecodeSpec {
+            prompt: vec![10, 11, 12, 13, 14],
+            prompt_len: 5,
+            prompt_logprobs: Some(PromptLogprobOptions { start, top_k: 0 }),
+            ..spec(1)
+        });
+        let mut queue = VecDeque::new();
+        assert_eq!(
+            dec.on_unary(body.to_string().as_bytes(), &mut queue),
+            Flow::Done
+        );
+        let out = ok(queue.into_iter().collect());
+        let plp = out[0].prompt_logprobs.clone().expect("prompt logprobs");
+        let first = start.min(5);
+        assert_eq!(plp.start, first, "start {start}");
+        let rows: Vec<Option<(u32, f64)>> = plp
+            .entries
+            .iter()
+            .map(|e| e.as_ref().map(|t| (t.token_id, t.logprob)))
+            .collect();
+        let expected: Vec<Option<(u32, f64)>> = (first..5)
+            .map(|pos| (pos > 0).then(|| (10 + pos, -f64::from(pos))))
+            .collect();
+        assert_eq!(rows, expected, "start {start}");
+    }
+}
+
 fn json_value() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
         Just(Value::Null),
