@@ -518,3 +518,93 @@ async fn server_info_routes_relay_the_worker() {
         }
     }
 }
+
+/// An SGLang client's `logprob_start_len` on a vLLM worker: the vLLM engine client asks plain
+/// `prompt_logprobs` (vLLM 0.33.0 refuses `prompt_logprob_start` without
+/// `prompt_logprob_token_ids`, `sampling_params.py:1043-1048`; the oracle does not model that
+/// refusal, so the body it received is checked) and cuts the rows before the start itself. The
+/// rows are the oracle's own prompt logprobs from that position, asked of it directly; the
+/// first returned position has no logprob, as SGLang pads it (`[None] + …`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sglang_logprob_start_len_on_a_vllm_worker() {
+    let oracle = Oracle::start(&["--api", "vllm"]);
+    let gf = genfront(&["--worker".into(), format!("vllm={}", oracle.base_url())]).await;
+    let client = reqwest::Client::new();
+    let prompt: Vec<u32> = vec![5, 6, 7, 8, 9, 10, 11];
+    let (k, start) = (2usize, 2usize);
+    let (status, direct) = fetch(
+        &client,
+        &oracle.url("/inference/v1/generate"),
+        &json!({"token_ids": prompt, "sampling_params": {"max_tokens": 1, "prompt_logprobs": k}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{direct:?}");
+    let truth = direct[0]["prompt_logprobs"]
+        .as_array()
+        .expect("the oracle's prompt logprobs")
+        .clone();
+    assert_eq!(truth.len(), prompt.len());
+
+    oracle.reset().await;
+    let (status, answer) = fetch(
+        &client,
+        &gf.url("/generate"),
+        &json!({"input_ids": prompt, "sampling_params": {"max_new_tokens": 1},
+            "return_logprob": true, "logprob_start_len": start, "top_logprobs_num": k}),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer:?}");
+    let log = oracle.log().await;
+    let sent: Vec<&Value> = log["requests"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["path"] == json!("/inference/v1/generate"))
+        .map(|e| &e["body"]["sampling_params"])
+        .collect();
+    assert_eq!(sent.len(), 1, "{log}");
+    assert_eq!(sent[0]["prompt_logprobs"], json!(k), "{}", sent[0]);
+    assert!(
+        sent[0].get("prompt_logprob_start").is_none(),
+        "vLLM 0.33.0 refuses prompt_logprob_start alone: {}",
+        sent[0]
+    );
+
+    let meta = &answer[0]["meta_info"];
+    let rows = meta["input_token_logprobs"].as_array().expect("rows");
+    let tops = meta["input_top_logprobs"].as_array().expect("top rows");
+    assert_eq!(rows.len(), prompt.len() - start, "{meta}");
+    assert_eq!(tops.len(), rows.len(), "{meta}");
+    for (i, (row, top)) in rows.iter().zip(tops).enumerate() {
+        let pos = start + i;
+        assert_eq!(row[1], json!(prompt[pos]), "position {pos}: {row}");
+        if i == 0 {
+            assert_eq!(row[0], Value::Null, "SGLang pads the first position: {row}");
+            assert!(top.is_null(), "{top}");
+            continue;
+        }
+        let want = &truth[pos];
+        assert_eq!(
+            row[0],
+            want[prompt[pos].to_string()]["logprob"],
+            "position {pos}: {row} vs {want}"
+        );
+        // The top k, best first, as the oracle ranked them.
+        let mut ranked: Vec<(u64, u32, &Value)> = want
+            .as_object()
+            .expect("a row")
+            .iter()
+            .filter_map(|(id, c)| Some((c["rank"].as_u64()?, id.parse().ok()?, &c["logprob"])))
+            .filter(|(rank, ..)| (1..=k as u64).contains(rank))
+            .collect();
+        ranked.sort_by_key(|(rank, ..)| *rank);
+        let got: Vec<(u32, &Value)> = top
+            .as_array()
+            .expect("top list")
+            .iter()
+            .map(|t| (t[1].as_u64().unwrap_or(u64::MAX) as u32, &t[0]))
+            .collect();
+        let expected: Vec<(u32, &Value)> = ranked.iter().map(|(_, id, lp)| (*id, *lp)).collect();
+        assert_eq!(got, expected, "position {pos}");
+    }
+}
