@@ -78,6 +78,10 @@ pub struct SseSplitter {
     too_large: bool,
     /// Largest event accepted.
     limit: usize,
+    /// Bytes reserved for an event when its first value starts: a little more than the last
+    /// event took (a cumulative stream's frames grow by a little each), so a frame read over
+    /// many chunks is not copied again by the buffer's growth.
+    size_hint: usize,
 }
 
 impl Default for SseSplitter {
@@ -108,6 +112,7 @@ impl SseSplitter {
             ready: std::collections::VecDeque::new(),
             too_large: false,
             limit,
+            size_hint: 0,
         }
     }
 
@@ -187,6 +192,7 @@ impl SseSplitter {
             && let Some(value) = rest.strip_prefix(b"data:")
         {
             // The field name is complete: the value goes on into the event.
+            self.reserve_event();
             if self.has_data {
                 self.data.push(b'\n');
             }
@@ -264,6 +270,9 @@ impl SseSplitter {
             }
             return;
         }
+        if line.starts_with(b"data") {
+            self.reserve_event();
+        }
         field(&mut self.data, &mut self.has_data, line);
         if self.data.len() > self.limit {
             self.too_large = true;
@@ -283,7 +292,19 @@ impl SseSplitter {
             return None;
         }
         self.has_data = false;
-        Some(std::mem::take(&mut self.data))
+        let event = std::mem::take(&mut self.data);
+        self.size_hint = event
+            .len()
+            .saturating_add(event.len() / 8 + 64)
+            .min(self.limit);
+        Some(event)
+    }
+
+    /// At the start of an event, room for about the last event's size.
+    fn reserve_event(&mut self) {
+        if !self.has_data && self.data.capacity() == 0 {
+            self.data.reserve(self.size_hint);
+        }
     }
 }
 
