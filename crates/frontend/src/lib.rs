@@ -17,8 +17,10 @@
 //! In order, before any work: strict HTTP on every route (HTTP/1.1 without `Host` → 400, a head
 //! over [`FrontendConfig::max_header_bytes`] → 431, both FastAPI's `{"detail": …}`); on generate
 //! and abort routes `Content-Length` over `--body-limit` → 413 without reading the body (so no
-//! `100 Continue`), a non-JSON `Content-Type` or a `Content-Encoding` other than `identity` → 415
-//! ([`genfront_format::GenerateError::Http`], the route's native envelope); then the body, within
+//! `100 Continue`), a `Content-Encoding` other than `identity` → 415, and on abort and control
+//! routes a missing or non-JSON `Content-Type` → 415 ([`genfront_format::GenerateError::Http`],
+//! the route's native envelope; on generate routes the format judges the type as its engine does,
+//! a 400); then the body, within
 //! `--body-limit` (413) and `--body-read-timeout` in total (408); only then the
 //! `--max-concurrent-requests` permit (503), so a client trickling its body holds none. Each hit
 //! is counted in `genfront_limit_hits_total{limit}` ([`LimitMetrics`]).
