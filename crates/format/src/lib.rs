@@ -266,6 +266,15 @@ pub trait GenerateFormat: Send + Sync + 'static {
         None
     }
 
+    /// The refusal of a request whose native id (its abort key) is already in flight for the
+    /// same owner, when the format's engine refuses such a request (SGLang:
+    /// `Duplicate request ID detected: {rid}`, `TokenizerManager._init_req_state`). `None` (the
+    /// default): the engine makes its ids unique itself and serves both (vLLM), so the handler
+    /// does not check.
+    fn duplicate_id_error(&self, _id: &str) -> Option<GenerateError> {
+        None
+    }
+
     /// The format's auxiliary `GET` routes (model info, generation probe), if any.
     fn aux_routes(&self) -> &'static [AuxRoute] {
         &[]

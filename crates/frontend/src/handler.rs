@@ -18,7 +18,8 @@
 //! (it sends the engine's payload). Every other error is rendered by the format.
 //!
 //! SGLang refuses a request whose rid is already in flight (`Duplicate request ID detected`);
-//! genfront does the same per owner ([`crate::registry::InFlight::register_unique`]).
+//! genfront does the same per owner for every format whose
+//! [`GenerateFormat::duplicate_id_error`] is set ([`crate::registry::InFlight::register_unique`]).
 
 use std::sync::Arc;
 
@@ -482,17 +483,6 @@ pub(crate) async fn generate(
     dispatch(state, format, prepared, ctx, permit, tracker, caller.owner).await
 }
 
-/// Formats whose engine refuses a request while another one with the same native id (its abort
-/// key) is in flight: SGLang (`TokenizerManager._init_req_state`, 0.5.23). vLLM makes its
-/// internal ids unique itself and serves both.
-const UNIQUE_IN_FLIGHT_IDS: &[&str] = &["sglang"];
-
-/// SGLang's `ValueError` for an rid already in flight (`_init_req_state`): a 400
-/// `{"error":{"message"}}`, or for `stream: true` a 200 SSE error event then `[DONE]`.
-fn duplicate_id(rid: &str) -> GenerateError {
-    GenerateError::validation(format!("Duplicate request ID detected: {rid}"))
-}
-
 /// The 503 for a request no worker can take, naming the missing role when it is a P/D role.
 fn no_engine(role: genfront_router::Role) -> GenerateError {
     let role = match role {
@@ -544,7 +534,8 @@ async fn dispatch(
     // SGLang refuses a request whose rid is already in flight (per owner here, see
     // `InFlight::register_unique`): its requests are registered, all or none, before any is
     // dispatched, as SGLang registers the request state before it reaches the scheduler.
-    let unique = UNIQUE_IN_FLIGHT_IDS.contains(&format.name());
+    // Whether the format's engine refuses duplicates at all (its refusal does not depend on the id).
+    let unique = format.duplicate_id_error("").is_some();
     let mut tokens = Vec::new();
     if unique {
         tokens = subs.iter().map(|_| cancel.child_token()).collect();
@@ -559,7 +550,9 @@ async fn dispatch(
         {
             Ok(r) => registrations = r,
             Err(rid) => {
-                let err = duplicate_id(&rid);
+                let err = format.duplicate_id_error(&rid).unwrap_or_else(|| {
+                    GenerateError::validation(format!("Duplicate request ID detected: {rid}"))
+                });
                 let resp = reject(&state, &mut tracker, &*format, &err, streaming);
                 return with_request_id(resp, client_id.as_deref());
             }

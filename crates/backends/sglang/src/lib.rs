@@ -635,6 +635,15 @@ impl GenerateFormat for SglangFormat {
         Some(abort_route())
     }
 
+    /// SGLang's `ValueError` for an rid already in flight (`TokenizerManager._init_req_state`,
+    /// `tokenizer_manager.py:3836` in 0.5.23): a 400 `{"error":{"message"}}`, or for
+    /// `stream: true` a 200 SSE error event then `[DONE]`.
+    fn duplicate_id_error(&self, id: &str) -> Option<GenerateError> {
+        Some(GenerateError::validation(format!(
+            "Duplicate request ID detected: {id}"
+        )))
+    }
+
     /// P/D answers merged by the declared rules in `pd_rules.json` (prompt-side fields — input
     /// logprobs, prompt rows of `routed_experts`, `cached_tokens` — from prefill; the rest from
     /// decode; `spec/sglang-native.md` §13.4).

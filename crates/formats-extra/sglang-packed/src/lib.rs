@@ -254,6 +254,10 @@ impl GenerateFormat for SglangPackedFormat {
         self.inner.abort_route()
     }
 
+    fn duplicate_id_error(&self, id: &str) -> Option<GenerateError> {
+        self.inner.duplicate_id_error(id)
+    }
+
     fn aux_routes(&self) -> &'static [AuxRoute] {
         self.inner.aux_routes()
     }
