@@ -393,6 +393,7 @@ pub(crate) fn parse(
     } else {
         Vec::new()
     };
+    grammar_needs_tokenizer(&obj, &specs, input.engine).map_err(reject)?;
     let items = item::build(obj, is_single, specs, header_dp_rank);
     Ok(GenerateRequest {
         stream,
@@ -401,6 +402,50 @@ pub(crate) fn parse(
         items,
         bootstraps,
     })
+}
+
+/// SGLang's abort of a grammar request on a server without a grammar backend, which a
+/// `--skip-tokenizer-init` server never builds (`constrained/grammar_manager.py:36-45`).
+pub const GRAMMAR_NEEDS_TOKENIZER: &str = "Grammar-based generation (json_schema, regex, ebnf, structural_tag) is not supported when the server is launched with --grammar-backend none";
+
+/// The scheduler's last check (`Scheduler.handle_generate_request` →
+/// `GrammarManager.process_req_with_grammar`, `constrained/grammar_manager.py:148-159`): an item
+/// with `json_schema`, `regex`, `ebnf` or `structural_tag` (each read as `value or None`,
+/// `sampling_params.py:238-242`) is aborted with a 400 ([`GRAMMAR_NEEDS_TOKENIZER`]) where
+/// there is no tokenizer. Applied only for an engine known to have none
+/// ([`genfront_protocol::EngineInfo::tokenizer`] `Some(false)`); run after every item's other
+/// checks (SGLang runs it per item, after that item's scheduler checks).
+fn grammar_needs_tokenizer(
+    obj: &Obj,
+    specs: &[ItemSpec],
+    engine: &genfront_protocol::EngineInfo,
+) -> Result<(), GenerateError> {
+    if engine.tokenizer != Some(false) {
+        return Ok(());
+    }
+    let truthy = |v: &Value| match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64() != Some(0.0),
+        Value::String(t) => !t.is_empty(),
+        Value::Array(l) => !l.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+    };
+    let grammar = |b: usize| {
+        let sp = match present(obj, "sampling_params") {
+            Some(Value::Array(list)) => list.get(b),
+            sp => sp,
+        };
+        sp.and_then(Value::as_object).is_some_and(|sp| {
+            ["json_schema", "regex", "ebnf", "structural_tag"]
+                .iter()
+                .any(|k| sp.get(*k).is_some_and(truthy))
+        })
+    };
+    if specs.iter().any(|s| grammar(s.b)) {
+        return Err(GenerateError::validation(GRAMMAR_NEEDS_TOKENIZER));
+    }
+    Ok(())
 }
 
 /// SGLang's answer to a failed pydantic bind (`request::pydantic`): the flat 400 envelope with
@@ -1238,4 +1283,81 @@ fn kv_hints_error(v: &Value) -> Option<String> {
         missing(m, &["protocol_version", "message_id"], "$")
     })()?;
     Some(format!("Malformed kv_hints envelope: {text}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use genfront_format::ParseInput;
+    use genfront_protocol::EngineInfo;
+    use http::{HeaderMap, HeaderValue, header::CONTENT_TYPE};
+    use serde_json::{Value, json};
+
+    use super::{GRAMMAR_NEEDS_TOKENIZER, parse};
+
+    fn outcome(body: &Value, tokenizer: Option<bool>) -> Result<(), (String, bool)> {
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        let engine = EngineInfo {
+            tokenizer,
+            ..EngineInfo::default()
+        };
+        let bytes = serde_json::to_vec(body).expect("json");
+        parse(
+            &ParseInput {
+                headers: &headers,
+                body: &bytes,
+                engine: &engine,
+            },
+            false,
+        )
+        .map(drop)
+        .map_err(|r| (r.error.public_message().into_owned(), r.stream))
+    }
+
+    /// Without a tokenizer SGLang has no grammar backend: the scheduler aborts a constrained
+    /// request with a 400 (`constrained/grammar_manager.py:36-45,148-159`); an empty constraint
+    /// is unset (`value or None`). With a tokenizer, or an unknown one, it is forwarded.
+    #[test]
+    fn grammars_need_a_tokenizer() {
+        for (key, value) in [
+            ("json_schema", json!("{\"type\":\"object\"}")),
+            ("regex", json!("[a-z]+")),
+            ("ebnf", json!("root ::= \"a\"")),
+            ("structural_tag", json!("{}")),
+        ] {
+            let body = json!({"input_ids": [5, 6, 7], "sampling_params": {key: value}});
+            assert_eq!(
+                outcome(&body, Some(false)),
+                Err((GRAMMAR_NEEDS_TOKENIZER.to_owned(), false)),
+                "{key}"
+            );
+            for tokenizer in [None, Some(true)] {
+                assert_eq!(outcome(&body, tokenizer), Ok(()), "{key} on {tokenizer:?}");
+            }
+            let mut stream = body.clone();
+            stream["stream"] = json!(true);
+            assert_eq!(
+                outcome(&stream, Some(false)),
+                Err((GRAMMAR_NEEDS_TOKENIZER.to_owned(), true))
+            );
+            let empty = json!({"input_ids": [5, 6, 7], "sampling_params": {key: ""}});
+            assert_eq!(outcome(&empty, Some(false)), Ok(()), "{key} empty");
+        }
+        // A batch: any constrained item.
+        let batch = json!({"input_ids": [[5, 6], [7, 8]],
+            "sampling_params": [{}, {"regex": "a"}]});
+        assert_eq!(
+            outcome(&batch, Some(false)),
+            Err((GRAMMAR_NEEDS_TOKENIZER.to_owned(), false))
+        );
+        // The item's earlier checks answer first (the tokenizer manager's, here `stop`).
+        let stop =
+            json!({"input_ids": [5, 6, 7], "sampling_params": {"regex": "a", "stop": ["x"]}});
+        assert!(
+            outcome(&stop, Some(false))
+                .expect_err("stop")
+                .0
+                .starts_with("stop=['x'] is unavailable")
+        );
+    }
 }
