@@ -105,7 +105,16 @@ async fn every_vllm_fixture_request_gets_the_native_answer() {
     for rec in jsonl("vllm/examples.jsonl") {
         if rec["kind"] == "request" && rec["endpoint"] == "/inference/v1/generate" {
             let body = concrete(rec["json"].clone());
-            check_record(&s, &json!({}), &body, rec["expected_status"].as_u64()).await;
+            // genfront follows the pinned Python server (vLLM 0.33.0): a refusal recorded from
+            // vLLM's Rust frontend (`rust/src/server/…`), which the Python route does not make
+            // (`prompt_logprobs` with `stream: true`), is not expected here.
+            let rust_frontend = rec["source_repo_path"]
+                .as_str()
+                .is_some_and(|p| p.contains(":rust/src/server/"))
+                && body["stream"] == json!(true)
+                && !body["sampling_params"]["prompt_logprobs"].is_null();
+            let expected = rec["expected_status"].as_u64().filter(|_| !rust_frontend);
+            check_record(&s, &json!({}), &body, expected).await;
             n += 1;
         }
     }

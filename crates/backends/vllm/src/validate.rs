@@ -52,7 +52,11 @@
 //!   `Some(false)`, `--tokens-only`, the mocker) are refused last in `verify()`
 //!   ([`STRUCTURED_OUTPUTS_NEED_TOKENIZER`], `sampling_params.py:1242-1245`); an engine whose
 //!   tokenizer is unknown gets them (its own 400 is relayed).
-//! - `stream_options` without `stream: true` is admitted (only vLLM's Rust frontend refuses it).
+//! - `stream_options` without `stream: true` is admitted, and so are `prompt_logprobs` with
+//!   `stream: true` (the stream chunk schema, `GenerateStreamResponseBase` in
+//!   `token_in_token_out/protocol.py`, has no field for them, so none are streamed). vLLM's Rust
+//!   frontend refuses both (fixture 11, `rust/src/server/src/routes/inference/generate/validate.rs`);
+//!   genfront follows the pinned 0.33.0 Python server.
 //! - `logprob_token_ids` ask for those ids' logprobs, not a top k (`num_logprobs`,
 //!   `sampling_params.py:888-895`): the engine request asks for none (`logprobs: 0` plus the
 //!   listed ids), so 128 ids are not a top-128 request for the output caps.
@@ -82,10 +86,6 @@
 //!
 //! # Known gaps
 //!
-//! - `prompt_logprobs` with `stream: true` is refused as vLLM's Rust frontend refuses it
-//!   (fixture 11, `rust/src/server/src/routes/inference/generate/validate.rs`); the 0.33.0
-//!   Python server admits it and streams no prompt logprobs. Following the wheel needs
-//!   `crates/genfront/tests/vllm_e2e.rs` to stop expecting fixture 11's 400.
 //! - Python's `json` reads `NaN`, `Infinity`, `-Infinity` and `1e999` (as `inf`); serde_json
 //!   refuses them, so genfront answers `json_invalid` where vLLM reports the field's own check.
 //!   A body that is not UTF-8 is vLLM's `{"detail": "There was an error parsing the body"}`,
@@ -445,15 +445,10 @@ pub(crate) fn serve_checks(
         }
     };
     let s = &r.sampling;
-    // vLLM 0.33.0's Python route admits `stream_options` without `stream`, and so does genfront;
-    // it admits `prompt_logprobs` with `stream: true` too, which genfront still refuses as vLLM's
-    // Rust frontend does (a known gap, see the module docs).
-    if r.stream && s.prompt_logprobs.is_some() {
-        return Err(GenerateError::Validation {
-            message: "`prompt_logprobs` are not available when `stream=true`.".to_owned(),
-            param: Some("sampling_params".to_owned()),
-        });
-    }
+    // vLLM 0.33.0's Python route admits `stream_options` without `stream`, and `prompt_logprobs`
+    // with `stream: true` (its stream chunks have no field for them, so none are streamed); so
+    // does genfront. vLLM's Rust frontend refuses the latter (fixture 11); genfront follows the
+    // pinned Python server.
     if let Some(max_num_seqs) = engine.max_num_seqs
         && s.n.get() > i128::from(max_num_seqs)
     {
