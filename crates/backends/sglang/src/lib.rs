@@ -167,7 +167,14 @@
 //!    `top_k` (`1 < top_k <= --sampling-mask-max-tokens`, default 4096, or greedy), the input
 //!    length against `max_req_input_len` (`managers/utils.py:259-289`: a native worker's
 //!    reported figure, else `context_len - 6`, `tp_worker.py:568-572`; the mock's 32,762),
-//!    logprob start, routed experts start.
+//!    logprob start, routed experts start; and the grammar manager's refusal of `json_schema`,
+//!    `regex`, `ebnf` or `structural_tag` on a `--skip-tokenizer-init` server, which builds no
+//!    grammar backend (`constrained/grammar_manager.py:36-45`, `148-159`: an abort with status
+//!    400, "Grammar-based generation (json_schema, regex, ebnf, structural_tag) is not supported
+//!    when the server is launched with --grammar-backend none"), applied when
+//!    [`EngineInfo::tokenizer`] is `Some(false)`. The validation-oracle tool stops before the
+//!    scheduler and counts these as "engine accepts" (`scripts/validation-parity.py`: an oracle
+//!    gap).
 //!
 //! **Deliberate deviations** (each counted as a disagreement by the tool), with the engine
 //! behaviour they avoid:
