@@ -9,6 +9,7 @@
 
 mod contract;
 mod fast;
+mod json_error;
 mod media;
 mod pydantic;
 
@@ -329,9 +330,14 @@ pub(crate) fn parse(
         }
         None => {
             let value: Value = serde_json::from_slice(input.body).map_err(|e| {
-                Rejection::from(GenerateError::Schema {
-                    message: format!("JSON decode error: {e}"),
-                    param: Some("body".to_owned()),
+                // orjson's own message and position (`request::json_error`); a body orjson
+                // would take but serde cannot (see there) keeps serde's text.
+                Rejection::from(match json_error::locate(input.body) {
+                    Some((msg, pos)) => schema_error(&pydantic::json_invalid(msg, pos)),
+                    None => GenerateError::Schema {
+                        message: format!("JSON decode error: {e}"),
+                        param: Some("body".to_owned()),
+                    },
                 })
             })?;
             let Value::Object(obj) = value else {

@@ -335,6 +335,18 @@ pub(crate) fn bytes_body(body: &[u8]) -> Vec<PyError> {
     }]
 }
 
+/// The one error of a body orjson refused (`request::json_error`): FastAPI's `json_invalid` at
+/// `('body', pos)` with input `{}` and `ctx: {'error': msg}` (`fastapi/routing.py`).
+pub(crate) fn json_invalid(msg: &str, pos: usize) -> Vec<PyError> {
+    vec![PyError {
+        kind: "json_invalid",
+        loc: vec![Loc::Key("body".into()), Loc::Index(pos)],
+        msg: "JSON decode error".into(),
+        input: "{}".into(),
+        ctx: Some(format!("{{'error': {}}}", str_repr(msg))),
+    }]
+}
+
 /// [`validate_body`] for a body already known to be an object.
 pub(crate) fn validate_obj(
     obj: &Map<String, Value>,
