@@ -6,6 +6,7 @@
 //! like pydantic collects them (every field, in declaration order) and reported together.
 
 mod fast;
+mod json_error;
 
 use genfront_format::GenerateError;
 use genfront_protocol::{LogitBias, StructuredOutput};
@@ -360,17 +361,23 @@ pub(crate) fn decode_body(
         match serde_json::from_slice::<Value>(body) {
             Ok(v) => parsed = Some(v),
             Err(e) => {
-                let decoded = json_decode_error(&e, body);
+                // Python's own message and position (`request::json_error`); a body Python
+                // would take but serde cannot keeps the serde-derived text.
+                let (msg, pos) = match json_error::locate(body) {
+                    json_error::Located::Invalid(msg, pos) => (msg, pos),
+                    json_error::Located::Undecodable => return Err(json_error::parsing_the_body()),
+                    json_error::Located::Valid => {
+                        let decoded = json_decode_error(&e, body);
+                        (decoded.msg, decoded.pos)
+                    }
+                };
                 let mut issue = Issue::new(
                     "json_invalid",
-                    vec![Loc::from("body"), Loc::Idx(decoded.pos)],
+                    vec![Loc::from("body"), Loc::Idx(pos)],
                     "JSON decode error",
                     &Value::Object(Map::new()),
                 );
-                issue.ctx = Some(format!(
-                    "{{'error': {}}}",
-                    crate::pyfmt::py_str(decoded.msg)
-                ));
+                issue.ctx = Some(format!("{{'error': {}}}", crate::pyfmt::py_str(msg)));
                 return Err(schema_error(&[issue]));
             }
         }

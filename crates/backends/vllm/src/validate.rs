@@ -87,9 +87,12 @@
 //! # Known gaps
 //!
 //! - Python's `json` reads `NaN`, `Infinity`, `-Infinity` and `1e999` (as `inf`); serde_json
-//!   refuses them, so genfront answers `json_invalid` where vLLM reports the field's own check.
-//!   A body that is not UTF-8 is vLLM's `{"detail": "There was an error parsing the body"}`,
-//!   genfront's `json_invalid`.
+//!   refuses them and `serde_json::Value` cannot carry them, so genfront answers `json_invalid`
+//!   (`Expecting value` at the constant) where vLLM reports the field's own float check. The
+//!   same holds for the other documents Python takes and serde refuses (a lone `\ud800`,
+//!   encoded surrogates, UTF-16/32 bodies, more than 128 levels of nesting). Every other
+//!   syntax error carries Python's own message and position, and bytes that do not decode get
+//!   FastAPI's `{"detail": "There was an error parsing the body"}` (`request/json_error.rs`).
 //! - A body holding the same `f64` both as an integer literal past 64 bits and as a float
 //!   literal reads both as the integer (`wide.rs`).
 
