@@ -164,10 +164,6 @@ RULES = [
          kind="oracle gap",
          why="grammar on a --skip-tokenizer-init server: SGLang's scheduler aborts it with a 400 (grammar_manager.py:36-45,148-159); the oracle stops before the scheduler",
          doc="crates/backends/sglang/src/request.rs, grammars_need_a_tokenizer"),
-    dict(format="sglang", field="raw", cats={MESSAGE}, when=engine_says("json_invalid"),
-         kind="known gap",
-         why="JSON syntax errors: serde_json's text, not orjson's",
-         doc=SGLANG_DOC),
     # ---- vLLM 0.33.0
     dict(format="vllm", field="sp.max_tokens", cats={ENGINE_ACCEPTS, MESSAGE}, when=int32_overflow,
          kind="deviation",
@@ -178,7 +174,7 @@ RULES = [
          why="trace replay ValueErrors: vLLM answers 500 (a message-less SSE error when streaming); genfront 400",
          doc=VLLM_DOC),
     dict(format="vllm", field="raw", cats={MESSAGE}, when=None, kind="known gap",
-         why="JSON syntax errors / NaN and Infinity literals (Python's json reads them; serde_json cannot)",
+         why="NaN / Infinity / 1e999 literals (Python's json reads them, then the field check answers; serde_json cannot carry them)",
          doc="crates/backends/vllm/src/validate.rs, section \"Known gaps\""),
 ]
 

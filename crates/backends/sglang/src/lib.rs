@@ -116,7 +116,9 @@
 //!    bytes: 400 `dataclass_type` with `input` = Python's `repr(bytes)`, also for a body that
 //!    is valid JSON and for `stream: true`. The frontend leaves this to the format on generate
 //!    routes (abort routes keep their 415).
-//! 1. **Parse**: `orjson` (`ORJSONRequest`, `entrypoints/http_server.py:472-480`) reads integers
+//! 1. **Parse**: `orjson` (`ORJSONRequest`, `entrypoints/http_server.py:472-480`; a syntax error
+//!    is orjson 3.13's own message and character position, `request::json_error`, found only
+//!    after serde_json failed) reads integers
 //!    outside `[-2^63, 2^64)` as floats — exactly as serde_json does, so big integers are judged
 //!    as SGLang judges them (no deviation; the note that said otherwise was wrong).
 //! 2. **pydantic bind** (`request::pydantic`): every `GenerateReqInput` field
@@ -203,8 +205,6 @@
 //!   `sampling_params.n: null` (not a beam request), unknown `session_params` keys.
 //! - `session_params.id` naming no open session: the engine answers ("Invalid request: session
 //!   id … does not exist"); genfront keeps no sessions and forwards it (the mock ignores it).
-//! - JSON syntax errors carry serde_json's text, not orjson's (`json_invalid` with a byte
-//!   offset).
 //! - A body without a JSON `Content-Type` (step 0): its `dataclass_type` `input` is cut at
 //!   2048 bytes like every other; SGLang prints `repr(body)` whole, twice — up to 8× the body
 //!   (`\xNN` per byte), half a GiB for a 64 MiB `--body-limit` body. A `Content-Encoding` other
