@@ -173,9 +173,10 @@ RULES = [
          kind="deviation",
          why="trace replay ValueErrors: vLLM answers 500 (a message-less SSE error when streaming); genfront 400",
          doc=VLLM_DOC),
-    dict(format="vllm", field="raw", cats={MESSAGE}, when=None, kind="known gap",
-         why="NaN / Infinity / 1e999 literals (Python's json reads them, then the field check answers; serde_json cannot carry them)",
-         doc="crates/backends/vllm/src/validate.rs, section \"Known gaps\""),
+    dict(format="vllm", field="raw", cats={MESSAGE}, when=genfront_says("json_invalid"),
+         kind="deviation",
+         why="NaN / Infinity / 1e999 literals (not JSON; Python's json reads them and the field check answers): genfront's json_invalid 400",
+         doc=VLLM_DOC),
 ]
 
 

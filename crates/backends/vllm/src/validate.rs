@@ -84,15 +84,18 @@
 //!   are HTTP 500s from vLLM (an SSE error event without a message when streaming); genfront
 //!   answers 400 with the same text.
 //!
+//! - Bodies that are not JSON (RFC 8259) but that Python's `json` reads — `NaN`, `Infinity`,
+//!   `-Infinity`, `1e999` (as `inf`), a lone `\ud800`, encoded surrogates, UTF-16/32 bodies,
+//!   more than 128 levels of nesting — are refused as `json_invalid` (`Expecting value` at the
+//!   constant): `serde_json::Value` cannot carry a non-finite number, and genfront does not
+//!   forward non-JSON to engines and peers that would read it differently. vLLM reports the
+//!   field's own check instead (for the float fields the tool sends, also a 400: `temperature
+//!   must be a finite number, got nan.`). Every other syntax error carries Python's own message
+//!   and position, and bytes that do not decode get FastAPI's `{"detail": "There was an error
+//!   parsing the body"}` (`request/json_error.rs`).
+//!
 //! # Known gaps
 //!
-//! - Python's `json` reads `NaN`, `Infinity`, `-Infinity` and `1e999` (as `inf`); serde_json
-//!   refuses them and `serde_json::Value` cannot carry them, so genfront answers `json_invalid`
-//!   (`Expecting value` at the constant) where vLLM reports the field's own float check. The
-//!   same holds for the other documents Python takes and serde refuses (a lone `\ud800`,
-//!   encoded surrogates, UTF-16/32 bodies, more than 128 levels of nesting). Every other
-//!   syntax error carries Python's own message and position, and bytes that do not decode get
-//!   FastAPI's `{"detail": "There was an error parsing the body"}` (`request/json_error.rs`).
 //! - A body holding the same `f64` both as an integer literal past 64 bits and as a float
 //!   literal reads both as the integer (`wide.rs`).
 
