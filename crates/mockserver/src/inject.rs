@@ -257,8 +257,16 @@ struct SseRewrite {
     tokens: TokenCounter,
     token_events: u32,
     ended: bool,
+    /// Before an error goes out: a short pause so hyper writes and flushes what it has (an
+    /// immediate wake lets its dispatcher poll the body again before flushing, and it drops
+    /// unflushed bytes — headers included — on a body error). `None` until the error is next.
+    flush_pause: Option<Pin<Box<tokio::time::Sleep>>>,
     yielded_before_error: bool,
 }
+
+/// How long a scripted cut waits for hyper to flush the events before it (see
+/// [`SseRewrite::flush_pause`]).
+const FLUSH_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
 
 impl SseRewrite {
     fn new(inner: BodyDataStream, rewrite: Rewrite) -> Self {
@@ -270,6 +278,7 @@ impl SseRewrite {
             tokens: TokenCounter::default(),
             token_events: 0,
             ended: false,
+            flush_pause: None,
             yielded_before_error: false,
         };
         if let Rewrite::Drop { events: 0 } | Rewrite::Malformed { events: 0 } = s.rewrite {
@@ -335,9 +344,11 @@ impl Stream for SseRewrite {
                 if front.is_err() && !this.yielded_before_error {
                     // Let hyper flush what was written so far before the error tears the
                     // connection down (it drops unflushed bytes on a body error).
+                    let pause = this
+                        .flush_pause
+                        .get_or_insert_with(|| Box::pin(tokio::time::sleep(FLUSH_PAUSE)));
+                    ready!(pause.as_mut().poll(cx));
                     this.yielded_before_error = true;
-                    cx.waker().wake_by_ref();
-                    return Poll::Pending;
                 }
                 return Poll::Ready(this.out.pop_front());
             }

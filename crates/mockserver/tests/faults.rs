@@ -51,7 +51,9 @@ async fn http_status_answers_the_native_envelope_without_reaching_the_engine() {
 #[tokio::test]
 async fn drop_cuts_an_sglang_stream_after_n_token_events() {
     let s = start(Api::Sglang, &["drop@1:2"]).await;
-    let resp = post(&s, "/generate", &sglang_body("d", true, 50)).await;
+    // Long enough that the zero-delay engine is still generating when the cut comes: the
+    // frontend writes up to 64 ready events at once, so a short stream can be all out already.
+    let resp = post(&s, "/generate", &sglang_body("d", true, 4000)).await;
     assert_eq!(resp.status().as_u16(), 200);
     let (body, failed) = read_until_end(resp).await;
     assert!(
