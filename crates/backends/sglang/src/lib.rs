@@ -203,6 +203,9 @@
 //!   list next to one `input_ids` prompt (an empty `text: []` there, which SGLang answers as an
 //!   empty batch, is refused too), `sampling_params.choice` (any value),
 //!   `sampling_params.n: null` (not a beam request), unknown `session_params` keys.
+//! - A body nested deeper than 127 levels is refused with serde_json's `recursion limit
+//!   exceeded` (a 400; its recursion limit bounds the parser's stack); orjson takes up to 1024
+//!   levels (past that genfront gives orjson's own `depth limit exceeded`).
 //! - `session_params.id` naming no open session: the engine answers ("Invalid request: session
 //!   id … does not exist"); genfront keeps no sessions and forwards it (the mock ignores it).
 //! - A body without a JSON `Content-Type` (step 0): its `dataclass_type` `input` is cut at

@@ -348,8 +348,11 @@ pub(crate) fn decode_body(
     let content_type = headers
         .get(http::header::CONTENT_TYPE)
         .map(|v| String::from_utf8_lossy(v.as_bytes()).to_ascii_lowercase());
+    // FastAPI 0.136's `strict_content_type` (`fastapi/routing.py:411-425`): without a
+    // `Content-Type` the body is not parsed at all, so any body — valid JSON or not — meets the
+    // route's `validate_json_request` (`api_router.py:47`) below: "Unsupported Media Type".
     let jsonish = match &content_type {
-        None => true,
+        None => false,
         Some(ct) => {
             let mime = ct.split(';').next().unwrap_or("").trim();
             let (main, sub) = mime.split_once('/').unwrap_or((mime, ""));

@@ -27,8 +27,11 @@ fn content_type_must_be_application_json() {
         HeaderValue::from_static("text/plain"),
     );
     assert_eq!(raw_error(body, &text), expected);
-    // vLLM's check is not lenient: a missing header fails too.
+    // vLLM's check is not lenient: a missing header fails too, and as FastAPI (strict content
+    // type) does not parse the body then, so does a body that is not JSON at all.
     assert_eq!(raw_error(body, &HeaderMap::new()), expected);
+    assert_eq!(raw_error(b"{", &HeaderMap::new()), expected);
+    assert_eq!(raw_error(b"\xff", &HeaderMap::new()), expected);
     // Parameters after `;` are fine, and the media type is case-insensitive.
     let mut charset = HeaderMap::new();
     charset.insert(
