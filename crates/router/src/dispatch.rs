@@ -94,7 +94,8 @@ pub(crate) fn start(
         done: false,
         served_by: served_by.clone(),
     };
-    let stream = futures::stream::unfold(state, |mut st| async move {
+    // Boxed: each item moves a pointer, not the whole state, through the unfold.
+    let stream = futures::stream::unfold(Box::new(state), |mut st| async move {
         let item = st.next().await?;
         Some((item, st))
     });

@@ -285,7 +285,8 @@ pub(crate) fn start_pair(
         started: std::time::Instant::now(),
         first_decode: true,
     };
-    let stream = futures::stream::unfold(state, |mut st| async move {
+    // Boxed: each item moves a pointer, not the whole state, through the unfold.
+    let stream = futures::stream::unfold(Box::new(state), |mut st| async move {
         let item = st.next().await?;
         Some((item, st))
     });

@@ -286,8 +286,10 @@ impl Choice {
         self
     }
 
+    /// The choice as a stream. The state is boxed so that each item moves a pointer, not the
+    /// whole choice, in and out of the stream's future.
     fn into_stream(self) -> BoxStream<'static, Item> {
-        Box::pin(stream::unfold(self, |mut choice| async move {
+        Box::pin(stream::unfold(Box::new(self), |mut choice| async move {
             let item = choice.next().await?;
             Some((item, choice))
         }))

@@ -85,10 +85,14 @@ pub(crate) fn stream(
         relay,
         native_errors,
     };
-    Box::pin(futures::stream::unfold(run, |mut run| async move {
-        let item = run.next().await?;
-        Some((item, run))
-    }))
+    // Boxed: each item moves a pointer, not the whole state, through the unfold.
+    Box::pin(futures::stream::unfold(
+        Box::new(run),
+        |mut run| async move {
+            let item = run.next().await?;
+            Some((item, run))
+        },
+    ))
 }
 
 /// A stream that yields `error` and ends.
