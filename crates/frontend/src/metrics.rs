@@ -1,6 +1,8 @@
 //! Every metric family of the frontend, declared in one place. Handlers call methods on
 //! [`Metrics`] and never spell metric names.
 
+use std::sync::{PoisonError, RwLock};
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -124,7 +126,17 @@ pub struct Metrics {
     trace_dropped: Counter,
     limits: LimitMetrics,
     auth_refusals: Family<crate::auth::AuthLabels, Counter>,
+    /// [`FormatHandles`] already resolved, per format: a request takes a clone instead of a
+    /// dozen label lookups (each a lock, a hash and owned label strings).
+    handle_cache: RwLock<Vec<(String, FormatHandles)>>,
+    /// `genfront_requests_total` series already resolved (at most [`REQUEST_CACHE_MAX`]), so
+    /// the common outcomes of a request cost no label allocation.
+    request_cache: RwLock<Vec<(RequestLabels, Counter)>>,
 }
+
+/// How many `genfront_requests_total` series [`Metrics::request_done`] keeps at hand; others
+/// go through the family's own lookup.
+const REQUEST_CACHE_MAX: usize = 64;
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -273,6 +285,8 @@ impl Metrics {
             engine_aborts,
             trace_dropped,
             limits,
+            handle_cache: RwLock::new(Vec::new()),
+            request_cache: RwLock::new(Vec::new()),
         }
     }
 
@@ -324,6 +338,27 @@ impl Metrics {
     }
 
     pub(crate) fn handles(&self, format: &str) -> FormatHandles {
+        let cache = self
+            .handle_cache
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, h)) = cache.iter().find(|(f, _)| f == format) {
+            return h.clone();
+        }
+        drop(cache);
+        let handles = self.resolve_handles(format);
+        let mut cache = self
+            .handle_cache
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        if !cache.iter().any(|(f, _)| f == format) {
+            cache.push((format.to_owned(), handles.clone()));
+        }
+        handles
+    }
+
+    /// The label lookups behind [`Metrics::handles`].
+    fn resolve_handles(&self, format: &str) -> FormatHandles {
         let l = FormatLabels {
             format: format.to_owned(),
         };
@@ -358,14 +393,36 @@ impl Metrics {
     }
 
     pub(crate) fn request_done(&self, route: &str, format: &str, status: u16, error_type: &str) {
-        self.requests
-            .get_or_create(&RequestLabels {
-                route: route.to_owned(),
-                format: format.to_owned(),
-                status,
-                error_type: error_type.to_owned(),
-            })
-            .inc();
+        let is = |l: &RequestLabels| {
+            l.status == status
+                && l.route == route
+                && l.format == format
+                && l.error_type == error_type
+        };
+        let cache = self
+            .request_cache
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, c)) = cache.iter().find(|(l, _)| is(l)) {
+            c.inc();
+            return;
+        }
+        drop(cache);
+        let labels = RequestLabels {
+            route: route.to_owned(),
+            format: format.to_owned(),
+            status,
+            error_type: error_type.to_owned(),
+        };
+        let counter = self.requests.get_or_create(&labels).clone();
+        counter.inc();
+        let mut cache = self
+            .request_cache
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        if cache.len() < REQUEST_CACHE_MAX && !cache.iter().any(|(l, _)| is(l)) {
+            cache.push((labels, counter));
+        }
     }
 
     pub(crate) fn engine_aborts(&self, format: &str, reason: &str, n: u64) {
