@@ -1,13 +1,16 @@
 //! The output stream of one dispatched engine request: load held, outcomes recorded at the
 //! breaker, and retries on another worker before the first output.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use genfront_protocol::{EngineError, EngineOutput, EngineRequest, OutputStream};
 use rand::Rng;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::worker::{LoadGuard, Role, Worker, WorkerId};
 use crate::{Dispatched, RouteContext, Router};
@@ -33,6 +36,8 @@ impl Drop for Attempt {
     }
 }
 
+/// The dispatch stream: polled in place (a hand-written `poll_next`, not an unfold), so an
+/// output passes through without moving the state or itself through intermediate futures.
 struct State {
     router: Arc<Router>,
     ctx: RouteContext,
@@ -40,11 +45,23 @@ struct State {
     spare: Option<EngineRequest>,
     cancel: CancellationToken,
     attempt: Option<Attempt>,
+    /// The pause before a retry, while one is pending.
+    backoff: Option<Box<Backoff>>,
     tried: Vec<WorkerId>,
     retries: u32,
     delivered: bool,
     done: bool,
     served_by: Arc<Mutex<WorkerId>>,
+}
+
+/// A retry waiting out its backoff.
+struct Backoff {
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    cancelled: Pin<Box<WaitForCancellationFutureOwned>>,
+    /// The worker the retry goes to.
+    next: Arc<Worker>,
+    /// The error that caused the retry, returned if the client cancels during the pause.
+    err: EngineError,
 }
 
 fn load_tokens(request: &EngineRequest, worker: &Worker) -> u64 {
@@ -88,6 +105,7 @@ pub(crate) fn start(
         spare,
         cancel,
         attempt: Some(first),
+        backoff: None,
         tried: vec![id.clone()],
         retries: 0,
         delivered: false,
@@ -95,76 +113,88 @@ pub(crate) fn start(
         served_by: served_by.clone(),
     };
     // Boxed: each item moves a pointer, not the whole state, through the unfold.
-    let stream = futures::stream::unfold(Box::new(state), |mut st| async move {
-        let item = st.next().await?;
-        Some((item, st))
-    });
     Dispatched {
         worker: id,
         prefill_worker: None,
-        stream: Box::pin(stream),
+        stream: Box::pin(state),
         served_by,
     }
 }
 
-impl State {
-    async fn next(&mut self) -> Option<Result<EngineOutput, EngineError>> {
+impl Stream for State {
+    type Item = Result<EngineOutput, EngineError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
         loop {
-            if self.done {
-                return None;
+            if this.done {
+                return Poll::Ready(None);
             }
-            let a = self.attempt.as_mut()?;
-            match a.stream.next().await {
+            if let Some(mut b) = this.backoff.take() {
+                if b.cancelled.as_mut().poll(cx).is_ready() {
+                    b.next.record_neutral();
+                    return Poll::Ready(Some(Err(this.give_up(b.err))));
+                }
+                if b.sleep.as_mut().poll(cx).is_pending() {
+                    this.backoff = Some(b);
+                    return Poll::Pending;
+                }
+                let Backoff { next, .. } = *b;
+                let Some(spare) = this.spare.as_ref() else {
+                    this.done = true;
+                    return Poll::Ready(None);
+                };
+                this.tried.push(next.id().clone());
+                if let Ok(mut s) = this.served_by.lock() {
+                    *s = next.id().clone();
+                }
+                this.attempt = Some(attempt(next, spare.clone(), this.cancel.clone()));
+                continue;
+            }
+            let Some(a) = this.attempt.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match ready!(a.stream.poll_next_unpin(cx)) {
                 Some(Ok(out)) => {
-                    if !self.delivered {
-                        self.delivered = true;
-                        self.spare = None;
+                    if !this.delivered {
+                        this.delivered = true;
+                        this.spare = None;
                     }
-                    return Some(Ok(out));
+                    return Poll::Ready(Some(Ok(out)));
                 }
                 Some(Err(err)) => {
-                    if !self.delivered
-                        && err.retry_elsewhere()
-                        && !self.cancel.is_cancelled()
-                        && let Some(next) = self.retry(&err).await
-                    {
-                        self.attempt = Some(next);
-                        continue;
-                    }
-                    self.done = true;
-                    if let Some(a) = self.attempt.as_mut() {
-                        a.verdict = true;
-                        if err.is_worker_failure() {
-                            a.worker().record_failure();
-                        } else {
-                            a.worker().record_neutral();
+                    if !this.delivered && err.retry_elsewhere() && !this.cancel.is_cancelled() {
+                        match this.retry(err) {
+                            Ok(backoff) => {
+                                this.backoff = Some(backoff);
+                                continue;
+                            }
+                            Err(err) => return Poll::Ready(Some(Err(this.give_up(err)))),
                         }
                     }
-                    return Some(Err(err));
+                    return Poll::Ready(Some(Err(this.give_up(err))));
                 }
                 None => {
                     // The verdict comes at the end: a worker that cuts every stream after its
                     // first tokens must not count as working.
-                    self.done = true;
-                    if let Some(a) = self.attempt.as_mut()
+                    this.done = true;
+                    if let Some(a) = this.attempt.as_mut()
                         && !a.verdict
                     {
                         a.verdict = true;
                         a.worker().record_success();
                     }
-                    return None;
+                    return Poll::Ready(None);
                 }
             }
         }
     }
+}
 
-    /// Move to another worker after `err`, if retries, budget and workers allow.
-    async fn retry(&mut self, err: &EngineError) -> Option<Attempt> {
-        let cfg = self.router.config.retry;
-        if self.retries >= cfg.max_retries {
-            return None;
-        }
-        let spare = self.spare.as_ref()?;
+impl State {
+    /// End the stream with `err`, recording the verdict on the current attempt.
+    fn give_up(&mut self, err: EngineError) -> EngineError {
+        self.done = true;
         if let Some(a) = self.attempt.as_mut() {
             a.verdict = true;
             if err.is_worker_failure() {
@@ -173,13 +203,36 @@ impl State {
                 a.worker().record_neutral();
             }
         }
-        let next = self
+        err
+    }
+
+    /// Move to another worker after `err`, if retries, budget and workers allow: the pause
+    /// before the new attempt, or `err` back when there is no retry.
+    fn retry(&mut self, err: EngineError) -> Result<Box<Backoff>, EngineError> {
+        let cfg = self.router.config.retry;
+        if self.retries >= cfg.max_retries {
+            return Err(err);
+        }
+        let Some(spare) = self.spare.as_ref() else {
+            return Err(err);
+        };
+        if let Some(a) = self.attempt.as_mut() {
+            a.verdict = true;
+            if err.is_worker_failure() {
+                a.worker().record_failure();
+            } else {
+                a.worker().record_neutral();
+            }
+        }
+        let Ok(next) = self
             .router
             .select(Role::Aggregated, &self.ctx, spare, &self.tried)
-            .ok()?;
+        else {
+            return Err(err);
+        };
         if !self.router.budget.withdraw() {
             next.record_neutral();
-            return None;
+            return Err(err);
         }
         let from = self.attempt.as_ref().map(|a| a.worker().clone());
         if let Some(from) = &from {
@@ -198,17 +251,11 @@ impl State {
         let base = cfg.backoff.saturating_mul(1 << (self.retries - 1).min(10));
         let jitter = rand::rng().random_range(0.5..1.5);
         let wait = Duration::from_secs_f64(base.as_secs_f64() * jitter);
-        tokio::select! {
-            () = tokio::time::sleep(wait) => {}
-            () = self.cancel.cancelled() => {
-                next.record_neutral();
-                return None;
-            }
-        }
-        self.tried.push(next.id().clone());
-        if let Ok(mut s) = self.served_by.lock() {
-            *s = next.id().clone();
-        }
-        Some(attempt(next, spare.clone(), self.cancel.clone()))
+        Ok(Box::new(Backoff {
+            sleep: Box::pin(tokio::time::sleep(wait)),
+            cancelled: Box::pin(self.cancel.clone().cancelled_owned()),
+            next,
+            err,
+        }))
     }
 }
