@@ -504,10 +504,10 @@ impl Choice {
         let event = match self.relay.as_deref() {
             Some(rid) if self.unary.is_none() => match self.decoder.relay_frame(event, rid) {
                 Relay::Output(out) => {
-                    let out = *out;
+                    // Unboxed straight into the queue: one move of the output, not two.
                     if out.finish_reason.is_some() {
                         self.guard.choice_done();
-                        self.pending.push_back(Ok(out));
+                        self.pending.push_back(Ok(*out));
                         self.phase = match std::mem::replace(&mut self.phase, Phase::Done) {
                             Phase::Reading(body) => Phase::Draining(
                                 body,
@@ -519,7 +519,7 @@ impl Choice {
                         if self.grace.started() {
                             self.guard.fire_again();
                         }
-                        self.pending.push_back(Ok(out));
+                        self.pending.push_back(Ok(*out));
                     }
                     return;
                 }
