@@ -244,8 +244,20 @@ fn ids_member(out: &mut Vec<u8>, first: &mut bool, key: &str, ids: &[u32]) {
 ///
 /// The digits go into a stack buffer two at a time (a 200-byte pair table, as `itoa` does) and
 /// the buffer into `out` once per few hundred ids, so the loop has no per-id capacity check or
-/// small copy.
+/// small copy. A short list (a chat-sized prompt) gets a buffer sized for it: zeroing the 4 KiB
+/// one was most of the cost of writing 32 ids.
 fn write_ids(out: &mut Vec<u8>, ids: &[u32]) {
+    /// Ids that always fit the small buffer (11 bytes each at most).
+    const SHORT: usize = 64;
+    if ids.len() <= SHORT {
+        write_ids_in::<{ SHORT * 11 }>(out, ids);
+    } else {
+        write_ids_in::<4096>(out, ids);
+    }
+}
+
+/// [`write_ids`] through a stack buffer of `N` bytes.
+fn write_ids_in<const N: usize>(out: &mut Vec<u8>, ids: &[u32]) {
     /// `"00" ..= "99"`.
     const PAIRS: &[u8; 200] = b"\
         0001020304050607080910111213141516171819\
@@ -255,7 +267,7 @@ fn write_ids(out: &mut Vec<u8>, ids: &[u32]) {
         8081828384858687888990919293949596979899";
     /// Room for one id (10 digits) and its separator.
     const ID_MAX: usize = 11;
-    let mut buf = [0u8; 4096];
+    let mut buf = [0u8; N];
     let mut pos = 0;
     out.reserve(ids.len().saturating_mul(6).saturating_add(2));
     out.push(b'[');

@@ -479,6 +479,9 @@ fn ids_are_written_as_serde_json_writes_them() {
             .map(|i| i.wrapping_mul(2_654_435_761) >> (i % 32))
             .collect(),
         vec![u32::MAX; 1_000],
+        // The short buffer's worst case (64 ids of 10 digits), and one id past it.
+        vec![u32::MAX; 64],
+        vec![u32::MAX; 65],
     ] {
         let mut out = Vec::new();
         super::write_ids(&mut out, &ids);
