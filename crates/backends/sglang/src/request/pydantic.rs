@@ -28,7 +28,9 @@
 //! Deliberate deviation: an error's `input` is printed up to [`INPUT_BUDGET`] bytes (then `...`);
 //! SGLang prints it whole, twice, so a 64 MiB bad `input_ids` would make a message of that size.
 
+use std::collections::HashMap;
 use std::fmt::Write;
+use std::sync::OnceLock;
 
 use genfront_format::pyrepr::str_repr;
 use serde_json::{Map, Value};
@@ -353,6 +355,17 @@ pub(crate) fn validate_obj(
     skip_input_ids: bool,
     errors: &mut Vec<PyError>,
 ) {
+    // The common case, a body that binds: each key the body has is checked against its schema
+    // with no `loc` built (one lookup per key sent, not one per field). Only a body with an
+    // error takes the loop below, which reports every error in pydantic's field order.
+    let fields = field_index();
+    let binds = obj.iter().all(|(name, v)| {
+        (skip_input_ids && name == "input_ids")
+            || fields.get(name.as_str()).is_none_or(|ty| valid(ty, v))
+    });
+    if binds {
+        return;
+    }
     for (name, ty) in FIELDS {
         if skip_input_ids && *name == "input_ids" {
             continue;
@@ -361,6 +374,34 @@ pub(crate) fn validate_obj(
             let loc = [Loc::Key("body".into()), Loc::Key((*name).into())];
             check(ty, v, &loc, errors);
         }
+    }
+}
+
+/// [`FIELDS`] by name.
+fn field_index() -> &'static HashMap<&'static str, &'static Ty> {
+    static INDEX: OnceLock<HashMap<&'static str, &'static Ty>> = OnceLock::new();
+    INDEX.get_or_init(|| FIELDS.iter().map(|(name, ty)| (*name, ty)).collect())
+}
+
+/// Whether [`check`] would report no error for `v` (without building any `loc`).
+fn valid(ty: &Ty, v: &Value) -> bool {
+    match ty {
+        Any => true,
+        Str => v.is_string(),
+        Int => int_error(v).is_none(),
+        Float => float_error(v).is_none(),
+        Bool => bool_error(v).is_none(),
+        List(item) => v
+            .as_array()
+            .is_some_and(|items| items.iter().all(|x| valid(item, x))),
+        Dict(_, values) => v
+            .as_object()
+            .is_some_and(|m| m.values().all(|x| valid(values, x))),
+        Nullable(t) => v.is_null() || valid(t, v),
+        Union(choices) => choices.iter().any(|c| valid(c, v)),
+        Literal(allowed) => v.as_str().is_some_and(|s| allowed.contains(&s)),
+        InputIds => input_ids_error(v).is_none(),
+        KvEnvelope => v.is_object(),
     }
 }
 
