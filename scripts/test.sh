@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command (README "Tests"): every crate's tests with etcd discovery built in.
-# Needs `protoc` and its well-known .proto files (to build the etcd client), `etcd` (the
-# discovery test starts a real one on loopback) and `make` (jemalloc's C build). Installs
-# Debian's protobuf-compiler, libprotobuf-dev, etcd-server and make with apt-get when any is missing and this runs as root;
+# Needs `protoc` and its well-known .proto files (to build the etcd client) and `etcd` (the
+# discovery test starts a real one on loopback). Installs Debian's protobuf-compiler,
+# libprotobuf-dev and etcd-server with apt-get when any is missing and this runs as root;
 # otherwise prints the apt-get line and fails.
 # `scripts/test.sh --deps-only` only makes sure of protoc and etcd (.ci/run, before clippy).
 # Other arguments replace the default `--workspace --features genfront/etcd` of `cargo test`
@@ -15,8 +15,6 @@ command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
 # protoc's well-known types (google/protobuf/descriptor.proto, …), which etcd's protos import.
 [[ -e /usr/include/google/protobuf/descriptor.proto ]] || missing+=(libprotobuf-dev)
 command -v "${ETCD_BIN:-etcd}" >/dev/null 2>&1 || missing+=(etcd-server)
-# jemalloc (the binary's allocator, tikv-jemalloc-sys) is built from C with make.
-command -v make >/dev/null 2>&1 || missing+=(make)
 if ((${#missing[@]})); then
     if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
         echo "scripts/test.sh: installing ${missing[*]}" >&2
