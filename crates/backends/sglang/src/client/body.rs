@@ -307,18 +307,7 @@ fn write_ids_in<const N: usize>(out: &mut Vec<u8>, ids: &[u32]) {
 
 /// Number of decimal digits of `n` (1 for 0).
 fn decimal_len(n: u32) -> usize {
-    match n {
-        0..=9 => 1,
-        10..=99 => 2,
-        100..=999 => 3,
-        1_000..=9_999 => 4,
-        10_000..=99_999 => 5,
-        100_000..=999_999 => 6,
-        1_000_000..=9_999_999 => 7,
-        10_000_000..=99_999_999 => 8,
-        100_000_000..=999_999_999 => 9,
-        _ => 10,
-    }
+    n.checked_ilog10().map_or(1, |d| d as usize + 1)
 }
 
 /// The typed value of a per-item scalar key, to replace a batch-shaped list.
