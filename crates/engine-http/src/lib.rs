@@ -86,7 +86,7 @@ pub use abort::{AbortCall, AbortGuard, CancelGrace, GraceWake};
 pub use client::{ClientOptions, build_client};
 pub use control::{CONTROL_BODY_LIMIT, relay_control};
 pub use probe::probe;
-pub use response::{ERROR_BODY_LIMIT, error_from_response, read_error_body};
+pub use response::{ERROR_BODY_LIMIT, error_from_response, native_error, read_error_body};
 pub use sse::{EventTooLarge, MAX_EVENT_BYTES, SseSplitter};
 pub use status::{ErrorBody, chain, classify, retry_after, root_cause, send_error, status_error};
 pub use timeout::{EngineTimeouts, TimedEngine, TimeoutObserver, TimeoutPhase, timed};

@@ -2,10 +2,38 @@
 
 use std::time::Duration;
 
-use genfront_protocol::EngineError;
+use genfront_protocol::{EngineError, NativeError};
 
 /// Most bytes of an error body read for its message.
 pub const ERROR_BODY_LIMIT: usize = 64 * 1024;
+
+/// An engine's HTTP error answer `status` + `headers` + `body` (as [`read_error_body`] read it),
+/// kept verbatim as `format`'s own ([`EngineError::native`]: the body, its `Content-Type` and
+/// `Retry-After`). `None` when the body may have been cut at [`ERROR_BODY_LIMIT`]: then it is
+/// not the engine's answer any more.
+pub fn native_error(
+    format: &'static str,
+    status: u16,
+    headers: &http::HeaderMap,
+    body: Vec<u8>,
+) -> Option<NativeError> {
+    if body.len() >= ERROR_BODY_LIMIT {
+        return None;
+    }
+    let text = |name: http::HeaderName| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    Some(NativeError {
+        format,
+        status: Some(status),
+        body: bytes::Bytes::from(body),
+        content_type: text(http::header::CONTENT_TYPE),
+        retry_after: text(http::header::RETRY_AFTER),
+    })
+}
 
 /// How long reading an error body may take.
 const ERROR_BODY_TIMEOUT: Duration = Duration::from_secs(5);

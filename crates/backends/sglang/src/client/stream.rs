@@ -482,10 +482,13 @@ impl Choice {
         let headers = resp.headers().clone();
         let body = genfront_engine_http::read_error_body(resp).await;
         let err = genfront_engine_http::status_error("SGLang", status, &headers, &body);
-        let err = match http_native(status, &headers, body).filter(|_| engines_own(&err)) {
-            Some(native) => err.with_native(native),
-            None => err,
-        };
+        let err =
+            match genfront_engine_http::native_error(crate::FORMAT_NAME, status, &headers, body)
+                .filter(|_| engines_own(&err))
+            {
+                Some(native) => err.with_native(native),
+                None => err,
+            };
         self.fail(err);
     }
 
@@ -615,32 +618,6 @@ impl Choice {
         }));
         self.phase = Phase::Done;
     }
-}
-
-/// SGLang's error answer `status` + `headers` + `body`, kept verbatim
-/// ([`EngineError::native`]); `None` when the body may have been cut at
-/// [`genfront_engine_http::ERROR_BODY_LIMIT`] (then it is not the engine's answer any more).
-pub(crate) fn http_native(
-    status: u16,
-    headers: &reqwest::header::HeaderMap,
-    body: Vec<u8>,
-) -> Option<NativeError> {
-    if body.len() >= genfront_engine_http::ERROR_BODY_LIMIT {
-        return None;
-    }
-    let text = |name: reqwest::header::HeaderName| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned)
-    };
-    Some(NativeError {
-        format: crate::FORMAT_NAME,
-        status: Some(status),
-        body: Bytes::from(body),
-        content_type: text(CONTENT_TYPE),
-        retry_after: text(reqwest::header::RETRY_AFTER),
-    })
 }
 
 /// Whether an HTTP error is the engine's answer to the request rather than a sign that genfront

@@ -224,7 +224,14 @@ impl Run {
                 || (matches!(status, 404 | 405) && error.kind == ErrorKind::Internal));
             // A 401/403 refuses genfront's own credentials and a 404/405 without vLLM's
             // envelope is a server without the route: genfront's fault, kept typed (500).
-            let error = match http_native(status, &headers, body).filter(|_| engines_own) {
+            let error = match genfront_engine_http::native_error(
+                crate::FORMAT_NAME,
+                status,
+                &headers,
+                body,
+            )
+            .filter(|_| engines_own)
+            {
                 Some(native) => error.with_native(native),
                 None => error,
             };
@@ -389,27 +396,6 @@ enum Next {
     Bytes(bytes::Bytes),
     End,
     Broken(String),
-}
-
-/// vLLM's error answer `status` + `headers` + `body`, kept verbatim ([`EngineError::native`]);
-/// `None` when the body may have been cut at [`genfront_engine_http::ERROR_BODY_LIMIT`].
-fn http_native(status: u16, headers: &http::HeaderMap, body: Vec<u8>) -> Option<NativeError> {
-    if body.len() >= genfront_engine_http::ERROR_BODY_LIMIT {
-        return None;
-    }
-    let text = |name: http::HeaderName| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned)
-    };
-    Some(NativeError {
-        format: crate::FORMAT_NAME,
-        status: Some(status),
-        body: bytes::Bytes::from(body),
-        content_type: text(CONTENT_TYPE),
-        retry_after: text(http::header::RETRY_AFTER),
-    })
 }
 
 /// Whether an SSE event's payload is vLLM's `{"error": …}` event (`create_streaming_error_response`),
