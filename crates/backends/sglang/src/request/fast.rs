@@ -233,19 +233,24 @@ impl Cursor<'_> {
         }
         loop {
             out.push(self.id()?);
-            self.ws();
-            match self.peek()? {
-                b',' => {
-                    self.i += 1;
-                    self.ws();
-                }
-                b']' => {
-                    self.i += 1;
-                    return Some(());
-                }
-                _ => return None,
+            if !self.more()? {
+                return Some(());
             }
         }
+    }
+
+    /// After a list element: `Some(true)` past a `,` (and the whitespace after it),
+    /// `Some(false)` past the list's closing `]`.
+    fn more(&mut self) -> Option<bool> {
+        self.ws();
+        let more = match self.peek()? {
+            b',' => true,
+            b']' => false,
+            _ => return None,
+        };
+        self.i += 1;
+        self.ws();
+        Some(more)
     }
 
     /// `[id, …]` or `[[id, …], …]` (the cursor at the outer `[`).
@@ -268,17 +273,8 @@ impl Cursor<'_> {
             let mut row = Vec::new();
             self.ids(&mut row)?;
             rows.push(PromptIds::Narrow(row));
-            self.ws();
-            match self.peek()? {
-                b',' => {
-                    self.i += 1;
-                    self.ws();
-                }
-                b']' => {
-                    self.i += 1;
-                    return Some(IdLists::Nested(rows));
-                }
-                _ => return None,
+            if !self.more()? {
+                return Some(IdLists::Nested(rows));
             }
         }
     }
